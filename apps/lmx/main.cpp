@@ -1,3 +1,29 @@
 // lmx command-line entry point: dispatches to one verb per subcommand.
+#include "commands.h"
+
+#include "lmx/core/error.h"
+
 #include <cstdio>
-int main() { std::puts("lmx"); return 0; }
+
+int main(int argc, char** argv) {
+  CLI::App app{"lmx — a native LLM engine (Gemma 4 on CPU)"};
+  app.require_subcommand(1);
+  std::vector<lmx::cli::Verb> verbs = {lmx::cli::add_generate(app), lmx::cli::add_logits(app),
+                                       lmx::cli::add_synth(app), lmx::cli::add_bench(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& verb : verbs)
+      if (verb.command->parsed()) return verb.run();
+  } catch (const lmx::Error& e) {
+    std::fprintf(stderr, "lmx: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "lmx: error: out of memory\n");
+    return 1;
+  }
+  return 0;
+}

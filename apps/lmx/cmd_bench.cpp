@@ -1,0 +1,88 @@
+// `lmx bench`: prefill and decode throughput, weight bytes per token and peak RSS for a model.
+#include "commands.h"
+
+#include "lmx/core/thread_pool.h"
+#include "lmx/model/gemma4_model.h"
+#include "lmx/ops/ops.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+
+namespace lmx::cli {
+
+Verb add_bench(CLI::App& app) {
+  struct Options {
+    std::string model;
+    int prompt_tokens = 128, gen_tokens = 32, threads = 0;
+    bool json = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed on random prompt tokens");
+  cmd->add_option("--model", opt->model, "Model directory")->required();
+  cmd->add_option("--prompt-tokens", opt->prompt_tokens, "Prompt length")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--gen-tokens", opt->gen_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
+  cmd->add_flag("--json", opt->json, "Print results as JSON");
+  return {cmd, [opt] {
+            using Clock = std::chrono::steady_clock;
+            apply_threads(opt->threads);
+            auto load_start = Clock::now();
+            auto model = Gemma4Model::load(opt->model);
+            double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+            const int vocab = model->config().vocab_size;
+            std::mt19937 rng(1234);
+            std::vector<int32_t> prompt(static_cast<size_t>(opt->prompt_tokens));
+            for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % static_cast<uint32_t>(vocab - 3));
+
+            auto seq = model->new_sequence();
+            auto start = Clock::now();
+            StepRow row{seq.get(), prompt};
+            Tensor logits = model->forward({&row, 1});
+            double prefill_s = std::chrono::duration<double>(Clock::now() - start).count();
+
+            int32_t token = ops::argmax({logits.data<float>(), static_cast<size_t>(vocab)});
+            start = Clock::now();
+            for (int i = 0; i < opt->gen_tokens; ++i) {
+              StepRow step{seq.get(), {&token, 1}};
+              logits = model->forward({&step, 1});
+              token = ops::argmax({logits.data<float>(), static_cast<size_t>(vocab)});
+            }
+            double decode_s = std::chrono::duration<double>(Clock::now() - start).count();
+
+            struct rusage usage {};
+            getrusage(RUSAGE_SELF, &usage);
+            const double peak_rss_mb = usage.ru_maxrss / 1024.0;
+            const double bytes_per_token = static_cast<double>(model->weight_bytes_per_token());
+            const double prefill_tok_s = opt->prompt_tokens / prefill_s, decode_tok_s = opt->gen_tokens / decode_s;
+            nlohmann::json out = {{"model", opt->model},
+                                  {"threads", default_pool().threads()},
+                                  {"load_s", load_s},
+                                  {"prompt_tokens", opt->prompt_tokens},
+                                  {"gen_tokens", opt->gen_tokens},
+                                  {"prefill_tok_s", prefill_tok_s},
+                                  {"decode_tok_s", decode_tok_s},
+                                  {"weight_bytes_per_token", bytes_per_token},
+                                  {"decode_weight_gb_s", bytes_per_token * decode_tok_s / 1e9},
+                                  {"peak_rss_mb", peak_rss_mb}};
+            if (opt->json) {
+              std::printf("%s\n", out.dump().c_str());
+            } else {
+              std::printf("model            %s\nthreads          %d\nload             %.2f s\n", opt->model.c_str(),
+                          default_pool().threads(), load_s);
+              std::printf("prefill          %d tokens, %.2f tok/s\n", opt->prompt_tokens, prefill_tok_s);
+              std::printf("decode           %d tokens, %.2f tok/s\n", opt->gen_tokens, decode_tok_s);
+              std::printf("weights/token    %.3f GB (%.2f GB/s at the decode rate)\n", bytes_per_token / 1e9,
+                          bytes_per_token * decode_tok_s / 1e9);
+              std::printf("peak RSS         %.0f MB\n", peak_rss_mb);
+            }
+            return 0;
+          }};
+}
+
+}  // namespace lmx::cli

@@ -1,0 +1,35 @@
+// Helpers shared by the CLI verbs: token-id lists and thread settings.
+#include "commands.h"
+
+#include "lmx/core/error.h"
+#include "lmx/core/thread_pool.h"
+
+#include <charconv>
+
+namespace lmx::cli {
+
+std::vector<int32_t> parse_ids(const std::string& csv) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= csv.size()) {
+    size_t comma = csv.find(',', pos);
+    if (comma == std::string::npos) comma = csv.size();
+    std::string item = csv.substr(pos, comma - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    int32_t value = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    require<InvalidArgument>(!item.empty() && ec == std::errc() && end == item.data() + item.size() && value >= 0,
+                             "'{}' in the id list is not a non-negative integer token id", item);
+    ids.push_back(value);
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+void apply_threads(int threads) {
+  require<InvalidArgument>(threads >= 0 && threads <= 1024, "--threads {} out of range", threads);
+  set_default_threads(threads);
+}
+
+}  // namespace lmx::cli

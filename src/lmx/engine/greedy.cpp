@@ -1,0 +1,47 @@
+// Greedy generation for one sequence: prefill (optionally in chunks), then argmax decode.
+#include "lmx/engine/greedy.h"
+
+#include "lmx/core/error.h"
+#include "lmx/ops/ops.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace lmx {
+
+GreedyResult generate_greedy(Gemma4Model& model, std::span<const int32_t> prompt, const GreedyOptions& options) {
+  require<InvalidArgument>(!prompt.empty(), "generate: the prompt is empty");
+  require<InvalidArgument>(options.max_new_tokens >= 0, "generate: max tokens must be ≥ 0");
+  using Clock = std::chrono::steady_clock;
+  GreedyResult result;
+  result.prompt_tokens = static_cast<int>(prompt.size());
+  if (options.max_new_tokens == 0) return result;
+  auto seq = model.new_sequence();
+  const size_t chunk = options.prefill_chunk_tokens > 0 ? static_cast<size_t>(options.prefill_chunk_tokens) : prompt.size();
+
+  auto start = Clock::now();
+  Tensor logits;
+  for (size_t begin = 0; begin < prompt.size(); begin += chunk) {
+    StepRow row{seq.get(), prompt.subspan(begin, std::min(chunk, prompt.size() - begin))};
+    logits = model.forward({&row, 1});
+  }
+  const int64_t vocab = logits.dim(1);
+  int32_t token = ops::argmax({logits.data<float>(), static_cast<size_t>(vocab)});
+  result.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  auto decode_start = Clock::now();
+  for (;;) {
+    result.tokens.push_back(token);
+    bool keep_going = !options.on_token || options.on_token(token);
+    bool stop = std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), token) !=
+                options.stop_token_ids.end();
+    if (!keep_going || stop || static_cast<int>(result.tokens.size()) >= options.max_new_tokens) break;
+    StepRow row{seq.get(), {&result.tokens.back(), 1}};
+    logits = model.forward({&row, 1});
+    token = ops::argmax({logits.data<float>(), static_cast<size_t>(vocab)});
+  }
+  result.decode_seconds = std::chrono::duration<double>(Clock::now() - decode_start).count();
+  return result;
+}
+
+}  // namespace lmx

@@ -1,0 +1,419 @@
+// Safetensors reading (validated header, zero-copy views), sharded checkpoints, and atomic writing.
+#include "lmx/io/safetensors.h"
+
+#include "lmx/io/model_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace lmx {
+
+namespace {
+
+using nlohmann::json;
+
+// Safetensors dtypes that lmx has no DType for: valid files, but unsupported.
+constexpr std::string_view kForeignDTypes[] = {"BOOL",    "F64",     "I16", "U16",     "U64",     "F8_E4M3",
+                                               "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+
+// A JSON number that is a non-negative integer fitting int64; nullopt otherwise.
+std::optional<uint64_t> as_index(const json& value) {
+  if (!value.is_number_unsigned()) return std::nullopt;  // negatives parse as signed, fractions as float
+  uint64_t v = value.get<uint64_t>();
+  if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+  return v;
+}
+
+std::string preview(const json& value) {
+  std::string s = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() <= 60 ? s : s.substr(0, 60) + "...";
+}
+
+// Parses and checks one tensor entry of the header against a data section of `data_bytes`.
+TensorInfo parse_entry(const std::string& path, const std::string& name, const json& entry,
+                       uint64_t data_bytes) {
+  require<FormatError>(entry.is_object(), "{}: tensor '{}': header entry must be an object, got {}", path,
+                       name, entry.type_name());
+  auto dtype_it = entry.find("dtype");
+  auto shape_it = entry.find("shape");
+  auto offsets_it = entry.find("data_offsets");
+  require<FormatError>(dtype_it != entry.end() && dtype_it->is_string(),
+                       "{}: tensor '{}': missing string 'dtype'", path, name);
+  require<FormatError>(shape_it != entry.end() && shape_it->is_array(),
+                       "{}: tensor '{}': missing array 'shape'", path, name);
+  require<FormatError>(offsets_it != entry.end() && offsets_it->is_array() && offsets_it->size() == 2,
+                       "{}: tensor '{}': 'data_offsets' must be an array [begin, end]", path, name);
+
+  TensorInfo info;
+  const std::string& dtype_name_str = dtype_it->get_ref<const std::string&>();
+  std::optional<DType> dtype = dtype_from_name(dtype_name_str);
+  if (!dtype) {
+    bool foreign = std::find(std::begin(kForeignDTypes), std::end(kForeignDTypes), dtype_name_str) !=
+                   std::end(kForeignDTypes);
+    if (foreign)
+      throw Unsupported(fmt::format("{}: tensor '{}' has dtype {}, which lmx does not support", path, name,
+                                    dtype_name_str));
+    throw FormatError(fmt::format("{}: tensor '{}': unknown dtype '{}'", path, name, dtype_name_str));
+  }
+  info.dtype = *dtype;
+
+  // numel is accumulated in the order shape_numel does, so no int64 intermediate can overflow.
+  int64_t numel = 1;
+  for (const json& dim : *shape_it) {
+    std::optional<uint64_t> d = as_index(dim);
+    if (!d)
+      throw FormatError(fmt::format("{}: tensor '{}': shape entry {} is not a non-negative integer", path,
+                                    name, preview(dim)));
+    info.shape.push_back(static_cast<int64_t>(*d));
+    if (__builtin_mul_overflow(numel, static_cast<int64_t>(*d), &numel))
+      throw FormatError(fmt::format("{}: tensor '{}': shape {} overflows", path, name, preview(*shape_it)));
+  }
+  uint64_t need = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(info.dtype), &need))
+    throw FormatError(
+        fmt::format("{}: tensor '{}': shape {} overflows", path, name, shape_string(info.shape)));
+
+  std::optional<uint64_t> begin = as_index((*offsets_it)[0]);
+  std::optional<uint64_t> end = as_index((*offsets_it)[1]);
+  if (!begin || !end)
+    throw FormatError(fmt::format("{}: tensor '{}': data_offsets {} must be non-negative integers", path,
+                                  name, preview(*offsets_it)));
+  require<FormatError>(*begin <= *end, "{}: tensor '{}': data_offsets [{}, {}] begin after end", path, name,
+                       *begin, *end);
+  require<FormatError>(
+      *end <= data_bytes,
+      "{}: tensor '{}': data_offsets [{}, {}] out of bounds: the data section holds {} bytes "
+      "(file truncated?)",
+      path, name, *begin, *end, data_bytes);
+  if (*end - *begin != need)
+    throw FormatError(fmt::format("{}: tensor '{}': shape {} × {} needs {} bytes but data_offsets span {}",
+                                  path, name, shape_string(info.shape), dtype_name(info.dtype), need,
+                                  *end - *begin));
+  info.begin = *begin;
+  info.end = *end;
+  return info;
+}
+
+std::map<std::string, std::string> parse_metadata(const std::string& path, const json& value) {
+  std::map<std::string, std::string> metadata;
+  if (value.is_null()) return metadata;
+  require<FormatError>(value.is_object(), "{}: __metadata__ must be an object of strings, got {}", path,
+                       value.type_name());
+  for (const auto& [key, v] : value.items()) {
+    require<FormatError>(v.is_string(), "{}: __metadata__ value for key '{}' must be a string, got {}", path,
+                         key, v.type_name());
+    metadata.emplace(key, v.get<std::string>());
+  }
+  return metadata;
+}
+
+}  // namespace
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  auto st = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
+  st->file_ = MappedFile::open(path);
+  const std::byte* bytes = st->file_->data();
+  const uint64_t file_size = st->file_->size();
+  require<FormatError>(file_size >= 8, "{}: file of {} bytes is too short for a safetensors header", path,
+                       file_size);
+  uint64_t header_bytes = 0;
+  for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  require<FormatError>(header_bytes <= kMaxHeaderBytes, "{}: header length {} exceeds the limit of {} bytes",
+                       path, header_bytes, kMaxHeaderBytes);
+  require<FormatError>(header_bytes <= file_size - 8,
+                       "{}: header length {} is larger than the {} bytes that follow it (file truncated?)",
+                       path, header_bytes, file_size - 8);
+  st->data_start_ = 8 + header_bytes;
+  const uint64_t data_bytes = file_size - st->data_start_;
+
+  const char* header_begin = reinterpret_cast<const char*>(bytes + 8);
+  // nlohmann treats NUL as end of input; valid JSON never contains one, so reject it up front
+  // rather than ignore whatever follows it.
+  const void* nul = std::memchr(header_begin, 0, header_bytes);
+  require<FormatError>(nul == nullptr, "{}: header is not valid JSON: NUL byte at header offset {}", path,
+                       nul ? static_cast<const char*>(nul) - header_begin : 0);
+  json header;
+  try {
+    header = json::parse(header_begin, header_begin + header_bytes);
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    size_t close = what.find("] ");
+    throw FormatError(fmt::format("{}: header is not valid JSON: {}", path,
+                                  close == std::string::npos ? what : what.substr(close + 2)));
+  }
+  require<FormatError>(header.is_object(), "{}: header must be a JSON object, got {}", path,
+                       header.type_name());
+
+  struct Range {
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Range> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      st->metadata_ = parse_metadata(path, entry);
+      continue;
+    }
+    TensorInfo info = parse_entry(path, name, entry, data_bytes);
+    st->tensor_bytes_ += info.nbytes();
+    auto [it, inserted] = st->tensors_.emplace(name, std::move(info));
+    if (it->second.nbytes() > 0) ranges.push_back({it->second.begin, it->second.end, &it->first});
+  }
+  // Empty ranges touch no bytes, so they may sit anywhere; non-empty ones must be disjoint.
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const Range& prev = ranges[i - 1];
+    const Range& cur = ranges[i];
+    require<FormatError>(prev.end <= cur.begin,
+                         "{}: tensor '{}' data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", path,
+                         *cur.name, cur.begin, cur.end, *prev.name, prev.begin, prev.end);
+  }
+  return st;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  out.reserve(tensors_.size());
+  for (const auto& entry : tensors_) out.push_back(entry.first);
+  return out;
+}
+
+const TensorInfo& SafetensorsFile::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  require<FormatError>(it != tensors_.end(), "{}: no tensor named '{}'", path(), name);
+  return it->second;
+}
+
+Tensor SafetensorsFile::tensor(const std::string& name) const {
+  const TensorInfo& ti = info(name);
+  // The mapping is read-only (PROT_READ): the view's bytes must never be written.
+  auto* data = const_cast<std::byte*>(file_->data()) + data_start_ + ti.begin;
+  auto storage = Storage::borrow(file_, data, ti.nbytes());
+  return Tensor::from_storage(std::move(storage), ti.shape, ti.dtype);
+}
+
+// ---- Checkpoint ----
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A shard name from an index must stay inside the model directory.
+bool is_safe_relative(const std::string& name) {
+  fs::path p(name);
+  if (name.empty() || p.is_absolute()) return false;
+  for (const auto& part : p)
+    if (part == "..") return false;
+  return true;
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::open_dir(const std::string& dir) {
+  std::error_code ec;
+  require<IoError>(fs::is_directory(dir, ec), "{}: model directory does not exist or is not a directory",
+                   dir);
+  Checkpoint ck;
+  ck.dir_ = dir;
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
+
+  // Adds every tensor of `file`; a name already held by an earlier file is an error.
+  auto add_whole_file = [&ck](std::shared_ptr<SafetensorsFile> file) {
+    size_t index = ck.files_.size();
+    for (const auto& name : file->names()) {
+      auto [it, inserted] = ck.where_.emplace(name, index);
+      if (!inserted)
+        throw FormatError(fmt::format("{}: tensor '{}' appears in both {} and {}", ck.dir_, name,
+                                      ck.files_[it->second]->path(), file->path()));
+      ck.total_bytes_ += file->info(name).nbytes();
+    }
+    ck.files_.push_back(std::move(file));
+  };
+
+  if (fs::exists(single, ec)) {
+    add_whole_file(SafetensorsFile::open(single.string()));
+  } else if (fs::exists(index_path, ec)) {
+    const std::string index_name = index_path.string();
+    json index = load_json_file(index_name);
+    require<FormatError>(index.is_object(), "{}: index must be a JSON object", index_name);
+    auto weight_map = index.find("weight_map");
+    require<FormatError>(weight_map != index.end() && weight_map->is_object(),
+                         "{}: missing object 'weight_map'", index_name);
+    std::map<std::string, size_t> shard_index;  // shard file name -> index into files_
+    for (const auto& [name, shard_value] : weight_map->items()) {
+      require<FormatError>(shard_value.is_string(),
+                           "{}: weight_map entry for tensor '{}' must be a file name", index_name, name);
+      const std::string& shard = shard_value.get_ref<const std::string&>();
+      require<FormatError>(is_safe_relative(shard), "{}: tensor '{}' maps to '{}', which is not a file in {}",
+                           index_name, name, shard, dir);
+      auto found = shard_index.find(shard);
+      if (found == shard_index.end()) {
+        const fs::path shard_path = fs::path(dir) / shard;
+        require<FormatError>(fs::is_regular_file(shard_path, ec),
+                             "{}: shard '{}' (holding tensor '{}') does not exist in {}", index_name, shard,
+                             name, dir);
+        found = shard_index.emplace(shard, ck.files_.size()).first;
+        ck.files_.push_back(SafetensorsFile::open(shard_path.string()));
+      }
+      const SafetensorsFile& file = *ck.files_[found->second];
+      require<FormatError>(file.contains(name),
+                           "{}: tensor '{}' is mapped to shard '{}', which does not contain it", index_name,
+                           name, shard);
+      ck.where_.emplace(name, found->second);
+      ck.total_bytes_ += file.info(name).nbytes();
+    }
+  } else {
+    std::vector<std::string> paths;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      std::error_code entry_ec;
+      if (entry.path().extension() == ".safetensors" && entry.is_regular_file(entry_ec))
+        paths.push_back(entry.path().string());
+    }
+    require<IoError>(!ec, "{}: cannot list directory: {}", dir, ec.message());
+    require<IoError>(!paths.empty(),
+                     "{}: no model.safetensors, model.safetensors.index.json or *.safetensors files", dir);
+    std::sort(paths.begin(), paths.end());
+    for (const auto& p : paths) add_whole_file(SafetensorsFile::open(p));
+  }
+  return ck;
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> out;
+  out.reserve(where_.size());
+  for (const auto& entry : where_) out.push_back(entry.first);
+  return out;
+}
+
+const SafetensorsFile& Checkpoint::file_holding(const std::string& name) const {
+  auto it = where_.find(name);
+  require<FormatError>(it != where_.end(), "{}: checkpoint has no tensor named '{}'", dir_, name);
+  return *files_[it->second];
+}
+
+const TensorInfo& Checkpoint::info(const std::string& name) const {
+  return file_holding(name).info(name);
+}
+Tensor Checkpoint::tensor(const std::string& name) const {
+  return file_holding(name).tensor(name);
+}
+const std::string& Checkpoint::file_of(const std::string& name) const {
+  return file_holding(name).path();
+}
+
+// ---- Writing ----
+
+namespace {
+
+// An open file descriptor for a temporary file that is removed unless commit() renames it.
+class TempFile {
+ public:
+  TempFile(std::string target) : target_(std::move(target)) {
+    static std::atomic<uint64_t> counter{0};
+    temp_ = fmt::format("{}.tmp.{}.{}", target_, ::getpid(), counter++);
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("cannot create temporary file");
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(temp_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  void write(const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      ssize_t n = ::write(fd_, p, std::min<size_t>(bytes, size_t{1} << 30));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail("cannot write");
+      p += n;
+      bytes -= static_cast<size_t>(n);
+    }
+  }
+
+  // Flushes to disk and atomically replaces the target.
+  void commit() {
+    if (::fsync(fd_) != 0) fail("cannot fsync");
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("cannot close");
+    if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename temporary file into place");
+    committed_ = true;
+    // Persist the rename itself; best effort (some filesystems refuse fsync on directories).
+    std::string parent = fs::path(target_).parent_path().string();
+    int dir_fd = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0) {
+      ::fsync(dir_fd);
+      ::close(dir_fd);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) {
+    throw IoError(fmt::format("{}: {}: {}", target_, what, std::strerror(errno)));
+  }
+  std::string target_;
+  std::string temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  // The header is assembled entry by entry so that tensor order is kept in linear time.
+  std::string header_text = "{";
+  auto append_entry = [&](const std::string& key, const json& value) {
+    if (header_text.size() > 1) header_text += ',';
+    try {
+      header_text += json(key).dump() + ':' + value.dump();
+    } catch (const json::exception& e) {
+      throw InvalidArgument(
+          fmt::format("{}: tensor names and metadata must be valid UTF-8: {}", path, e.what()));
+    }
+  };
+  if (!metadata.empty()) append_entry("__metadata__", json(metadata));
+  std::set<std::string> seen;
+  std::vector<Tensor> payloads;
+  payloads.reserve(tensors.size());
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    require<InvalidArgument>(tensor.defined(), "{}: tensor '{}' is undefined", path, name);
+    require<InvalidArgument>(name != "__metadata__",
+                             "{}: '__metadata__' is reserved and cannot name a tensor", path);
+    require<InvalidArgument>(seen.insert(name).second, "{}: tensor name '{}' given twice", path, name);
+    payloads.push_back(tensor.is_contiguous() ? tensor : tensor.contiguous());
+    uint64_t bytes = payloads.back().nbytes();
+    append_entry(name, {{"dtype", std::string(dtype_name(tensor.dtype()))},
+                        {"shape", tensor.shape()},
+                        {"data_offsets", {offset, offset + bytes}}});
+    offset += bytes;
+  }
+  header_text += '}';
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  std::array<unsigned char, 8> length_prefix;
+  for (int i = 0; i < 8; ++i) length_prefix[i] = static_cast<unsigned char>(header_text.size() >> (8 * i));
+
+  TempFile out(path);
+  out.write(length_prefix.data(), length_prefix.size());
+  out.write(header_text.data(), header_text.size());
+  for (const Tensor& t : payloads) out.write(t.raw_data(), t.nbytes());
+  out.commit();
+}
+
+}  // namespace lmx

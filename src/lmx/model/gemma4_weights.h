@@ -1,0 +1,42 @@
+// Gemma 4 weights bound by name from a checkpoint (HF text, HF multimodal or MLX naming).
+#pragma once
+
+#include "lmx/core/tensor.h"
+#include "lmx/model/gemma4_config.h"
+
+#include <string>
+#include <vector>
+
+namespace lmx {
+
+class Checkpoint;
+
+struct Gemma4LayerWeights {
+  Tensor input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm;
+  Tensor q_proj, k_proj, v_proj, o_proj;  // v_proj undefined on k_eq_v layers; k/v undefined on shared
+  Tensor q_norm, k_norm;
+  Tensor gate_proj, up_proj, down_proj;  // dense MLP
+  // MoE block (when the layer has one).
+  Tensor router_proj, router_scale, router_per_expert_scale;
+  Tensor experts_gate_up;  // [E, 2I, H], gate rows first
+  Tensor experts_down;     // [E, H, I]
+  Tensor pre_feedforward_layernorm_2, post_feedforward_layernorm_1, post_feedforward_layernorm_2;
+  // Per-layer input (PLE).
+  Tensor per_layer_input_gate, per_layer_projection, post_per_layer_input_norm;
+  float layer_scalar = 1.0f;
+};
+
+struct Gemma4Weights {
+  Tensor embed_tokens;  // [V, H]; also the tied output head
+  Tensor lm_head;       // [V, H] when embeddings are not tied
+  Tensor embed_tokens_per_layer, per_layer_model_projection, per_layer_projection_norm;
+  Tensor norm;
+  std::vector<Gemma4LayerWeights> layers;
+  std::string prefix;  // the name prefix the checkpoint uses ("model.", "model.language_model.", ...)
+
+  // Binds every tensor the config requires, checking its shape; unused extra tensors (vision and
+  // audio towers) are ignored. Errors name the checkpoint and the tensor.
+  static Gemma4Weights bind(const Checkpoint& checkpoint, const Gemma4Config& config);
+};
+
+}  // namespace lmx

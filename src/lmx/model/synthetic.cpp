@@ -1,0 +1,216 @@
+// Synthetic Gemma 4 checkpoints: real shapes, seeded random weights, for benchmarks and tests.
+#include "lmx/model/synthetic.h"
+
+#include "lmx/core/error.h"
+#include "lmx/core/half.h"
+#include "lmx/core/mapped_file.h"
+#include "lmx/core/thread_pool.h"
+#include "lmx/io/safetensors.h"
+#include "lmx/model/gemma4_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+namespace lmx {
+namespace {
+
+nlohmann::json layer_types(int layers, int period) {
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < layers; ++i) types.push_back((i + 1) % period ? "sliding_attention" : "full_attention");
+  types.back() = "full_attention";
+  return types;
+}
+
+nlohmann::json base_config() {
+  return {
+      {"architectures", {"Gemma4ForCausalLM"}},
+      {"model_type", "gemma4_text"},
+      {"vocab_size", 262144},
+      {"head_dim", 256},
+      {"global_head_dim", 512},
+      {"rms_norm_eps", 1e-6},
+      {"hidden_activation", "gelu_pytorch_tanh"},
+      {"final_logit_softcapping", 30.0},
+      {"tie_word_embeddings", true},
+      {"bos_token_id", 2},
+      {"eos_token_id", 1},
+      {"pad_token_id", 0},
+      {"max_position_embeddings", 131072},
+      {"rope_parameters",
+       {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+        {"full_attention", {{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}}}}},
+      {"attention_k_eq_v", false},
+      {"num_kv_shared_layers", 0},
+      {"hidden_size_per_layer_input", 0},
+      {"vocab_size_per_layer_input", 262144},
+      {"use_double_wide_mlp", false},
+      {"enable_moe_block", false},
+  };
+}
+
+// xorshift64* stream: fast, deterministic, good enough for benchmark weights.
+struct Random {
+  uint64_t state;
+  explicit Random(uint64_t seed) : state(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {
+    if (!state) state = 1;
+  }
+  float uniform() {  // in [-1, 1)
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    uint64_t r = state * 2685821657736338717ull;
+    return static_cast<float>(static_cast<int64_t>(r) >> 40) * (1.0f / 8388608.0f);
+  }
+};
+
+struct TensorPlan {
+  std::string name;
+  Shape shape;
+  float center;  // 0 for matrices, ~1 for norms and scalars
+  float spread;
+};
+
+std::vector<TensorPlan> plan_tensors(const Gemma4Config& c) {
+  std::vector<TensorPlan> plan;
+  const int64_t H = c.hidden_size, P = c.hidden_size_per_layer_input, L = c.num_hidden_layers;
+  auto matrix = [&](const std::string& name, Shape shape) {
+    float fan_in = static_cast<float>(shape.back());
+    plan.push_back({name, std::move(shape), 0.0f, std::sqrt(3.0f / fan_in)});
+  };
+  auto norm = [&](const std::string& name, int64_t n) { plan.push_back({name, {n}, 1.0f, 0.1f}); };
+  plan.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, 0.0f, 1.0f / std::sqrt(static_cast<float>(H))});
+  if (P > 0) {
+    plan.push_back({"model.embed_tokens_per_layer.weight", {c.vocab_size_per_layer_input, L * P}, 0.0f, 0.05f});
+    matrix("model.per_layer_model_projection.weight", {L * P, H});
+    norm("model.per_layer_projection_norm.weight", P);
+  }
+  for (int i = 0; i < L; ++i) {
+    const auto& s = c.layers[static_cast<size_t>(i)];
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    const int64_t D = s.head_dim, Hq = c.num_attention_heads, Hkv = s.num_kv_heads, I = s.intermediate_size;
+    for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                          "post_feedforward_layernorm"})
+      norm(l + n + ".weight", H);
+    matrix(l + "self_attn.q_proj.weight", {Hq * D, H});
+    norm(l + "self_attn.q_norm.weight", D);
+    if (s.kv_donor < 0) {
+      matrix(l + "self_attn.k_proj.weight", {Hkv * D, H});
+      norm(l + "self_attn.k_norm.weight", D);
+      if (!s.k_eq_v) matrix(l + "self_attn.v_proj.weight", {Hkv * D, H});
+    }
+    matrix(l + "self_attn.o_proj.weight", {H, Hq * D});
+    matrix(l + "mlp.gate_proj.weight", {I, H});
+    matrix(l + "mlp.up_proj.weight", {I, H});
+    matrix(l + "mlp.down_proj.weight", {H, I});
+    if (s.moe) {
+      const int64_t E = c.num_experts, EI = c.moe_intermediate_size;
+      matrix(l + "router.proj.weight", {E, H});
+      norm(l + "router.scale", H);
+      norm(l + "router.per_expert_scale", E);
+      matrix(l + "experts.gate_up_proj", {E, 2 * EI, H});
+      matrix(l + "experts.down_proj", {E, H, EI});
+      for (const char* n : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"})
+        norm(l + n + ".weight", H);
+    }
+    if (P > 0) {
+      matrix(l + "per_layer_input_gate.weight", {P, H});
+      matrix(l + "per_layer_projection.weight", {H, P});
+      norm(l + "post_per_layer_input_norm.weight", H);
+    }
+    plan.push_back({l + "layer_scalar", {1}, 1.0f, 0.0f});
+  }
+  norm("model.norm.weight", H);
+  return plan;
+}
+
+Tensor fill(const TensorPlan& p, uint64_t seed) {
+  Tensor t = Tensor::zeros(p.shape, DType::kBF16);
+  auto* out = static_cast<uint16_t*>(t.raw_data());
+  const int64_t n = t.numel();
+  constexpr int64_t kBlock = 1 << 16;
+  parallel_for((n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      Random rng(seed ^ (static_cast<uint64_t>(b) * 0xD1B54A32D192ED03ull));
+      for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i)
+        out[i] = f32_to_bf16(p.center + p.spread * rng.uniform());
+    }
+  });
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::string> gemma4_preset_names() { return {"gemma4-e2b", "gemma4-e4b", "gemma4-26b-a4b", "gemma4-31b"}; }
+
+nlohmann::json gemma4_preset_config(const std::string& name) {
+  nlohmann::json c = base_config();
+  if (name == "gemma4-e2b") {
+    c.update({{"hidden_size", 1536}, {"num_hidden_layers", 35}, {"num_attention_heads", 8}, {"num_key_value_heads", 1},
+              {"intermediate_size", 6144}, {"sliding_window", 512}, {"num_kv_shared_layers", 20},
+              {"hidden_size_per_layer_input", 256}, {"use_double_wide_mlp", true}});
+    c["layer_types"] = layer_types(35, 5);
+  } else if (name == "gemma4-e4b") {
+    c.update({{"hidden_size", 2560}, {"num_hidden_layers", 42}, {"num_attention_heads", 8}, {"num_key_value_heads", 2},
+              {"intermediate_size", 10240}, {"sliding_window", 512}, {"num_kv_shared_layers", 18},
+              {"hidden_size_per_layer_input", 256}});
+    c["layer_types"] = layer_types(42, 6);
+  } else if (name == "gemma4-26b-a4b") {
+    c.update({{"hidden_size", 2816}, {"num_hidden_layers", 30}, {"num_attention_heads", 16}, {"num_key_value_heads", 8},
+              {"num_global_key_value_heads", 2}, {"attention_k_eq_v", true}, {"intermediate_size", 2112},
+              {"sliding_window", 1024}, {"enable_moe_block", true}, {"num_experts", 128}, {"top_k_experts", 8},
+              {"moe_intermediate_size", 704}});
+    c["layer_types"] = layer_types(30, 6);
+  } else if (name == "gemma4-31b") {
+    c.update({{"hidden_size", 5376}, {"num_hidden_layers", 60}, {"num_attention_heads", 32}, {"num_key_value_heads", 16},
+              {"num_global_key_value_heads", 4}, {"attention_k_eq_v", true}, {"intermediate_size", 21504},
+              {"sliding_window", 1024}});
+    c["layer_types"] = layer_types(60, 6);
+  } else {
+    std::string known;
+    for (const auto& n : gemma4_preset_names()) known += (known.empty() ? "" : ", ") + n;
+    throw InvalidArgument(fmt::format("unknown preset '{}' (known: {})", name, known));
+  }
+  return c;
+}
+
+void write_synthetic_gemma4(const nlohmann::json& config_json, const std::string& out_dir, uint64_t seed,
+                            size_t shard_bytes) {
+  Gemma4Config config = Gemma4Config::from_json(config_json, config_json, "synthetic config");
+  std::filesystem::create_directories(out_dir);
+  write_text_file(out_dir + "/config.json", config_json.dump(2) + "\n");
+  nlohmann::json generation = {{"bos_token_id", 2}, {"eos_token_id", {1, 106}}, {"pad_token_id", 0}};
+  write_text_file(out_dir + "/generation_config.json", generation.dump(2) + "\n");
+
+  std::vector<TensorPlan> plan = plan_tensors(config);
+  // Group tensors into shards of at most shard_bytes (a larger tensor gets a shard of its own).
+  std::vector<std::vector<size_t>> shards(1);
+  size_t current = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    size_t bytes = static_cast<size_t>(shape_numel(plan[i].shape)) * 2;
+    if (current > 0 && current + bytes > shard_bytes) {
+      shards.emplace_back();
+      current = 0;
+    }
+    shards.back().push_back(i);
+    current += bytes;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    std::string file = shards.size() == 1 ? "model.safetensors"
+                                          : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (size_t i : shards[s]) {
+      tensors.emplace_back(plan[i].name, fill(plan[i], seed * 1000003ull + i));
+      weight_map[plan[i].name] = file;
+    }
+    write_safetensors(out_dir + "/" + file, tensors, {{"format", "pt"}});
+  }
+  if (shards.size() > 1) {
+    nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}};
+    write_text_file(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+  }
+}
+
+}  // namespace lmx

@@ -1,0 +1,24 @@
+// Synthetic Gemma 4 checkpoints: real shapes, seeded random weights, for benchmarks and tests.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lmx {
+
+// Names accepted by gemma4_preset_config.
+std::vector<std::string> gemma4_preset_names();
+// The config.json (Gemma4ForCausalLM text export) of a named preset with the released shapes:
+// gemma4-e2b, gemma4-e4b, gemma4-26b-a4b, gemma4-31b. Throws InvalidArgument for an unknown name.
+nlohmann::json gemma4_preset_config(const std::string& name);
+
+// Writes config.json, generation_config.json and sharded bf16 safetensors (≤ shard_bytes each, with
+// model.safetensors.index.json) holding seeded uniform random weights scaled so activations stay
+// O(1): linear weights U(±sqrt(3 / fan_in)), norm weights and scalars near 1. Deterministic in seed.
+void write_synthetic_gemma4(const nlohmann::json& config, const std::string& out_dir, uint64_t seed,
+                            size_t shard_bytes = size_t{2} << 30);
+
+}  // namespace lmx

@@ -1,0 +1,154 @@
+// Elementwise and row-wise f32 ops: gelu_tanh, gelu_tanh_mul, softmax, softcap, add/scale/mul, argmax.
+#include "lmx/core/thread_pool.h"
+#include "lmx/ops/cpu/checks.h"
+#include "lmx/ops/ops.h"
+
+#include <cmath>
+#include <limits>
+
+namespace lmx::ops {
+namespace {
+
+// Elements per parallel chunk for cheap elementwise loops.
+constexpr int64_t kElementGrain = int64_t{1} << 15;
+
+// sqrt(2/pi) and the cubic coefficient of the tanh GELU approximation (torch's kBeta, kKappa).
+constexpr float kGeluBeta = 0.7978845608028654f;
+constexpr float kGeluKappa = 0.044715f;
+
+inline float gelu_tanh_scalar(float x) {
+  const float cube = x * x * x;
+  const float inner = kGeluBeta * (x + kGeluKappa * cube);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+float* contiguous_f32(Tensor& x, const char* op, const char* what) {
+  cpu::require_dtype(x, DType::kF32, op, what);
+  require<InvalidArgument>(x.is_contiguous(), "{}: {} {} must be contiguous", op, what, shape_string(x.shape()));
+  return x.data<float>();
+}
+
+// Calls fn(i) for every element index of an n-element loop, split over the pool.
+template <typename Fn>
+void for_each_index(int64_t n, Fn fn) {
+  parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) fn(i);
+  });
+}
+
+// The operand of add_inplace / mul_inplace: same element count, or a vector of the last dim.
+const float* broadcast_operand(const Tensor& target, const Tensor& a, const char* op, bool& per_row) {
+  cpu::require_dtype(a, DType::kF32, op, "operand");
+  require<InvalidArgument>(a.is_contiguous(), "{}: operand {} must be contiguous", op, shape_string(a.shape()));
+  const int64_t cols = target.ndim() ? target.dim(-1) : 1;
+  per_row = a.numel() != target.numel();
+  require<InvalidArgument>(!per_row || (a.numel() == cols && target.ndim() >= 1),
+                           "{}: operand {} matches neither {} nor its last dim", op, shape_string(a.shape()),
+                           shape_string(target.shape()));
+  return a.data<float>();
+}
+
+}  // namespace
+
+void gelu_tanh(Tensor& x) {
+  float* p = contiguous_f32(x, "gelu_tanh", "x");
+  for_each_index(x.numel(), [p](int64_t i) { p[i] = gelu_tanh_scalar(p[i]); });
+}
+
+void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  constexpr const char* kOp = "gelu_tanh_mul";
+  cpu::require_dtype(gate, DType::kF32, kOp, "gate");
+  cpu::require_dtype(up, DType::kF32, kOp, "up");
+  require<InvalidArgument>(gate.shape() == up.shape(), "gelu_tanh_mul: gate {} and up {} differ",
+                           shape_string(gate.shape()), shape_string(up.shape()));
+  const cpu::RowView g = cpu::row_view(gate, kOp, "gate");
+  const cpu::RowView u = cpu::row_view(up, kOp, "up");
+  if (!out.defined()) out = Tensor::zeros(gate.shape(), DType::kF32);
+  cpu::require_dtype(out, DType::kF32, kOp, "out");
+  const cpu::RowView o = cpu::row_view(out, kOp, "out");
+  require<InvalidArgument>(o.rows == g.rows && o.cols == g.cols, "gelu_tanh_mul: out {} does not match gate {}",
+                           shape_string(out.shape()), shape_string(gate.shape()));
+  const int64_t cols = g.cols;
+  parallel_for(g.rows, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(cols, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   const float* gr = g.row<const float>(r);
+                   const float* ur = u.row<const float>(r);
+                   float* orow = o.row<float>(r);
+                   for (int64_t c = 0; c < cols; ++c) orow[c] = gelu_tanh_scalar(gr[c]) * ur[c];
+                 }
+               });
+}
+
+void softmax(Tensor& x) {
+  constexpr const char* kOp = "softmax";
+  cpu::require_dtype(x, DType::kF32, kOp, "x");
+  const cpu::RowView v = cpu::row_view(x, kOp, "x");
+  const int64_t cols = v.cols;
+  if (cols == 0) return;
+  parallel_for(v.rows, std::max<int64_t>(1, kElementGrain / cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = v.row<float>(r);
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < cols; ++c) max = std::max(max, row[c]);
+      float sum = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) {
+        row[c] = std::exp(row[c] - max);
+        sum += row[c];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t c = 0; c < cols; ++c) row[c] *= inv;
+    }
+  });
+}
+
+void softcap(Tensor& x, float cap) {
+  require<InvalidArgument>(cap > 0.0f && std::isfinite(cap), "softcap: cap must be positive and finite, got {}",
+                           cap);
+  float* p = contiguous_f32(x, "softcap", "x");
+  for_each_index(x.numel(), [p, cap](int64_t i) { p[i] = cap * std::tanh(p[i] / cap); });
+}
+
+void add_inplace(Tensor& out, const Tensor& a) {
+  float* o = contiguous_f32(out, "add_inplace", "out");
+  bool per_row;
+  const float* s = broadcast_operand(out, a, "add_inplace", per_row);
+  if (per_row) {
+    const int64_t cols = out.dim(-1);
+    for_each_index(out.numel(), [o, s, cols](int64_t i) { o[i] += s[i % cols]; });
+  } else {
+    for_each_index(out.numel(), [o, s](int64_t i) { o[i] += s[i]; });
+  }
+}
+
+void scale_inplace(Tensor& x, float s) {
+  float* p = contiguous_f32(x, "scale_inplace", "x");
+  for_each_index(x.numel(), [p, s](int64_t i) { p[i] *= s; });
+}
+
+void mul_inplace(Tensor& x, const Tensor& y) {
+  float* o = contiguous_f32(x, "mul_inplace", "x");
+  bool per_row;
+  const float* s = broadcast_operand(x, y, "mul_inplace", per_row);
+  if (per_row) {
+    const int64_t cols = x.dim(-1);
+    for_each_index(x.numel(), [o, s, cols](int64_t i) { o[i] *= s[i % cols]; });
+  } else {
+    for_each_index(x.numel(), [o, s](int64_t i) { o[i] *= s[i]; });
+  }
+}
+
+int argmax(std::span<const float> row) {
+  require<InvalidArgument>(!row.empty(), "argmax: empty row");
+  int best = 0;
+  float best_value = row[0];
+  for (size_t i = 1; i < row.size(); ++i) {
+    if (row[i] > best_value || (std::isnan(best_value) && !std::isnan(row[i]))) {
+      best_value = row[i];
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
+}  // namespace lmx::ops

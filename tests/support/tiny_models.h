@@ -1,0 +1,19 @@
+// Tiny Gemma 4 configs for tests (the three reference shapes: E2B-like, 26B-like MoE, 31B-like),
+// written as synthetic checkpoints so invariant tests need no golden files.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace lmx::test {
+
+// Names: "e2b" (PLE, KV sharing, double-wide MLP, one KV head), "moe" (MoE, k_eq_v, separate
+// global KV heads), "dense" (k_eq_v, no softcapping).
+std::vector<std::string> tiny_config_names();
+nlohmann::json tiny_config(const std::string& name);
+// Writes the synthetic checkpoint once per process into a temp dir and returns its path.
+std::string tiny_model_dir(const std::string& name);
+
+}  // namespace lmx::test
