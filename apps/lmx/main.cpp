@@ -7,7 +7,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"lmx — a native LLM engine (Gemma 4 on CPU)"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   std::vector<lmx::cli::Verb> verbs = {lmx::cli::add_generate(app), lmx::cli::add_logits(app),
                                        lmx::cli::add_synth(app), lmx::cli::add_bench(app)};
   try {
@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   try {
     for (auto& verb : verbs)
       if (verb.command->parsed()) return verb.run();
+    std::fputs(app.help().c_str(), stderr);
+    return 2;
   } catch (const lmx::Error& e) {
     std::fprintf(stderr, "lmx: error: %s\n", e.what());
     return 1;

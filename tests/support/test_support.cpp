@@ -41,8 +41,9 @@ std::mt19937_64& rng() {
 
 std::vector<float> random_floats(size_t n, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
+  std::mt19937_64 local(rng()());  // one draw from the per-test stream; cheap per element
   std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng());
+  for (auto& x : v) x = dist(local);
   return v;
 }
 

@@ -3,9 +3,12 @@
 // Conventions for every op here:
 // - Activations are float32 tensors; weights are f32 or bf16 (row-major [N, K], like torch
 //   nn.Linear.weight). All arithmetic is f32 unless a comment says otherwise.
+// - "Rows" inputs (x of linear, rms_norm, softmax, gelu_tanh_mul, moe ops) are contiguous, or 2-D
+//   views whose last dim is contiguous (free row stride, e.g. a column window of a fused buffer).
 // - Output tensors passed by reference are either undefined (the op allocates them with the
 //   documented shape) or already f32 (int32 where stated) contiguous tensors with that element count
-//   and last dimension; anything else is an InvalidArgument naming the op and the shapes.
+//   and last dimension (rms_norm and gelu_tanh_mul also take row views, so they may work in place);
+//   anything else is an InvalidArgument naming the op and the shapes.
 // - Ops split large work over lmx::default_pool(); no result depends on the thread count.
 #pragma once
 
@@ -19,7 +22,7 @@ namespace lmx::ops {
 
 // ---- Dense projections -------------------------------------------------------------------------------
 
-// out[M, N] = x[M, K] · w[N, K]ᵀ; x f32 (any leading shape [.., K], contiguous); w f32 or bf16
+// out[M, N] = x[M, K] · w[N, K]ᵀ; x f32 rows [.., K] (leading dims flatten into M); w f32 or bf16
 // [N, K] with contiguous rows; accumulation in f32. out gets x's leading shape with last dim N.
 // Contract (batch invariance): out[m, n] is bit-identical whatever M, m, the other rows of x and the
 // thread count — its reduction order depends only on K (and on the SIMD target chosen at start-up).

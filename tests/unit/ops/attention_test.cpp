@@ -13,11 +13,14 @@
 namespace lmx {
 namespace {
 
-bool visible_ref(int32_t qp, int32_t kp, int window) { return kp <= qp && (window <= 0 || qp - kp < window); }
+bool visible_ref(int32_t qp, int32_t kp, int window) {
+  return kp <= qp && (window <= 0 || qp - kp < window);
+}
 
 // out[i, h] = Σ_j softmax_j(scale q_i·k_j over visible j) v_j, all in double; zeros when none visible.
-std::vector<double> attention_ref(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& qp,
-                                  const std::vector<int32_t>& kp, int window, double scale) {
+std::vector<double> attention_ref(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const std::vector<int32_t>& qp, const std::vector<int32_t>& kp, int window,
+                                  double scale) {
   const auto qd = test::to_doubles(q), kd = test::to_doubles(k), vd = test::to_doubles(v);
   const int64_t tq = q.dim(0), hq = q.dim(1), d = q.dim(2), tk = k.dim(0), hkv = k.dim(1), dv = v.dim(2);
   std::vector<double> out(static_cast<size_t>(tq * hq * dv), 0.0);
@@ -30,7 +33,8 @@ std::vector<double> attention_ref(const Tensor& q, const Tensor& k, const Tensor
         if (!visible_ref(qp[static_cast<size_t>(i)], kp[static_cast<size_t>(j)], window)) continue;
         double dot = 0;
         for (int64_t c = 0; c < d; ++c)
-          dot += qd[static_cast<size_t>((i * hq + h) * d + c)] * kd[static_cast<size_t>((j * hkv + g) * d + c)];
+          dot +=
+              qd[static_cast<size_t>((i * hq + h) * d + c)] * kd[static_cast<size_t>((j * hkv + g) * d + c)];
         s[static_cast<size_t>(j)] = scale * dot;
         max = std::max(max, s[static_cast<size_t>(j)]);
       }
@@ -40,7 +44,8 @@ std::vector<double> attention_ref(const Tensor& q, const Tensor& k, const Tensor
       for (int64_t j = 0; j < tk; ++j) {
         const double p = std::exp(s[static_cast<size_t>(j)] - max) / sum;
         for (int64_t c = 0; c < dv; ++c)
-          out[static_cast<size_t>((i * hq + h) * dv + c)] += p * vd[static_cast<size_t>((j * hkv + g) * dv + c)];
+          out[static_cast<size_t>((i * hq + h) * dv + c)] +=
+              p * vd[static_cast<size_t>((j * hkv + g) * dv + c)];
       }
     }
   return out;
@@ -103,7 +108,8 @@ TEST(Attention, DecodeAndRaggedQueriesWithOffsetPositions) {
 }
 
 TEST(Attention, RowsWithNoVisibleKeyGetZeros) {
-  const Tensor q = test::random_tensor({3, 2, 8}), k = test::random_tensor({4, 1, 8}), v = test::random_tensor({4, 1, 8});
+  const Tensor q = test::random_tensor({3, 2, 8}), k = test::random_tensor({4, 1, 8}),
+               v = test::random_tensor({4, 1, 8});
   const std::vector<int32_t> qp{5, 20, 40}, kp{10, 11, 12, 13};
   Tensor out;
   ops::attention(q, k, v, qp, kp, 16, 1.0f, out);  // query 5: keys in the future; 40: all out of window
@@ -120,7 +126,8 @@ TEST(Attention, ShuffledTokenOrder) {
   std::shuffle(kp.begin(), kp.end(), test::rng());
   std::vector<int32_t> qp = kp;
   std::shuffle(qp.begin(), qp.end(), test::rng());
-  const Tensor q = test::random_tensor({t, 6, 16}), k = test::random_tensor({t, 3, 16}), v = test::random_tensor({t, 3, 8});
+  const Tensor q = test::random_tensor({t, 6, 16}), k = test::random_tensor({t, 3, 16}),
+               v = test::random_tensor({t, 3, 8});
   check_attention(q, k, v, qp, kp, 0, 1.0f, "shuffled");
   check_attention(q, k, v, qp, kp, 5, 1.0f, "shuffled windowed");
 }
@@ -129,7 +136,8 @@ TEST(Attention, StridedViewsOfFusedQkv) {
   // One [T, Hq + 2 Hkv, D] buffer holding q, k and v heads side by side.
   const int64_t t = 19, hq = 4, hkv = 2, d = 24;
   const Tensor fused = test::random_tensor({t, hq + 2 * hkv, d});
-  const Tensor q = fused.slice(1, 0, hq), k = fused.slice(1, hq, hq + hkv), v = fused.slice(1, hq + hkv, hq + 2 * hkv);
+  const Tensor q = fused.slice(1, 0, hq), k = fused.slice(1, hq, hq + hkv),
+               v = fused.slice(1, hq + hkv, hq + 2 * hkv);
   const auto pos = iota_from(t, 3);
   Tensor strided, dense;
   ops::attention(q, k, v, pos, pos, 0, 1.0f, strided);
@@ -141,7 +149,8 @@ TEST(Attention, StridedViewsOfFusedQkv) {
 TEST(Attention, QueryOutputIndependentOfOtherQueries) {
   // A decode step (one query) gives the bits of the same query inside a whole prefill.
   const int64_t t = 45, hq = 4, hkv = 2, d = 64;
-  const Tensor q = test::random_tensor({t, hq, d}), k = test::random_tensor({t, hkv, d}), v = test::random_tensor({t, hkv, d});
+  const Tensor q = test::random_tensor({t, hq, d}), k = test::random_tensor({t, hkv, d}),
+               v = test::random_tensor({t, hkv, d});
   const auto pos = iota_from(t, 0);
   for (int window : {0, 10}) {
     Tensor full;
@@ -149,21 +158,23 @@ TEST(Attention, QueryOutputIndependentOfOtherQueries) {
     for (int64_t i : {0, 17, 44}) {
       Tensor one;
       ops::attention(q.slice(0, i, i + 1), k.slice(0, 0, i + 1), v.slice(0, 0, i + 1),
-                     std::vector<int32_t>{pos[static_cast<size_t>(i)]}, std::vector<int32_t>(pos.begin(), pos.begin() + i + 1),
-                     window, 1.0f, one);
+                     std::vector<int32_t>{pos[static_cast<size_t>(i)]},
+                     std::vector<int32_t>(pos.begin(), pos.begin() + i + 1), window, 1.0f, one);
       EXPECT_TRUE(test::bit_equal(one, full.slice(0, i, i + 1))) << "query " << i << " window " << window;
     }
   }
 }
 
 TEST(Attention, RejectsBadShapes) {
-  const Tensor q = test::random_tensor({2, 3, 8}), k = test::random_tensor({2, 2, 8}), v = test::random_tensor({2, 2, 8});
+  const Tensor q = test::random_tensor({2, 3, 8}), k = test::random_tensor({2, 2, 8}),
+               v = test::random_tensor({2, 2, 8});
   Tensor out;
   const std::vector<int32_t> pos{0, 1};
   EXPECT_THROW(ops::attention(q, k, v, pos, pos, 0, 1.0f, out), InvalidArgument);  // 3 % 2 != 0
   const Tensor q4 = test::random_tensor({2, 4, 8});
   EXPECT_THROW(ops::attention(q4, k, v, std::vector<int32_t>{0}, pos, 0, 1.0f, out), InvalidArgument);
-  EXPECT_THROW(ops::attention(q4, test::random_tensor({2, 2, 7}), v, pos, pos, 0, 1.0f, out), InvalidArgument);
+  EXPECT_THROW(ops::attention(q4, test::random_tensor({2, 2, 7}), v, pos, pos, 0, 1.0f, out),
+               InvalidArgument);
 }
 
 }  // namespace

@@ -79,9 +79,9 @@ TEST(Elementwise, AddScaleMul) {
   ops::mul_inplace(x, row);
   ops::add_inplace(x, row);
   for (size_t i = 0; i < xd.size(); ++i) {
-    const float want = ((static_cast<float>(xd[i]) + static_cast<float>(ad[i])) * 0.5f) *
-                           static_cast<float>(rd[i % 6]) +
-                       static_cast<float>(rd[i % 6]);
+    const float want =
+        ((static_cast<float>(xd[i]) + static_cast<float>(ad[i])) * 0.5f) * static_cast<float>(rd[i % 6]) +
+        static_cast<float>(rd[i % 6]);
     EXPECT_EQ(x.item_f32(static_cast<int64_t>(i)), want) << i;
   }
   EXPECT_THROW(ops::add_inplace(x, test::random_tensor({5})), InvalidArgument);
@@ -105,10 +105,12 @@ std::vector<double> rms_norm_ref(const Tensor& x, const Tensor* w, double eps) {
   std::vector<double> out(xd.size());
   for (int64_t r = 0; r < rows; ++r) {
     double ss = 0;
-    for (int64_t c = 0; c < cols; ++c) ss += xd[static_cast<size_t>(r * cols + c)] * xd[static_cast<size_t>(r * cols + c)];
+    for (int64_t c = 0; c < cols; ++c)
+      ss += xd[static_cast<size_t>(r * cols + c)] * xd[static_cast<size_t>(r * cols + c)];
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(cols) + eps);
     for (int64_t c = 0; c < cols; ++c)
-      out[static_cast<size_t>(r * cols + c)] = xd[static_cast<size_t>(r * cols + c)] * inv * wd[static_cast<size_t>(c)];
+      out[static_cast<size_t>(r * cols + c)] =
+          xd[static_cast<size_t>(r * cols + c)] * inv * wd[static_cast<size_t>(c)];
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include "unit/ops/reference.h"
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 
@@ -40,9 +41,10 @@ TEST(Linear, MatchesReferenceOnRaggedShapes) {
   for (DType wtype : {DType::kF32, DType::kBF16})
     for (int64_t k : {1, 3, 17, 63, 100, 257, 600, 1100})
       for (int64_t n : {1, 3, 17, 63, 100}) {
-        const Tensor x_all = test::random_tensor({9, k});
+        const Tensor x_all = test::random_tensor({21, k});
         const Tensor w = test::random_tensor({n, k}, wtype);
-        for (int64_t m = 1; m <= 9; ++m) {
+        // 1..9 rows take the streaming (few-rows) path, 16+ rows the widened, K-blocked path.
+        for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 21}) {
           const std::string what = fmt::format("{} M={} N={} K={}", dtype_name(wtype), m, n, k);
           check_linear(x_all.slice(0, 0, m), w, what.c_str());
           if (HasFailure()) return;
@@ -73,34 +75,57 @@ TEST(Linear, StridedRowsOfX) {
 
 // Batch invariance: row m of any batch equals the row computed alone, bit for bit, for any thread
 // count and any position of the row in the batch.
-TEST(Linear, BatchInvariantBitIdentical) {
-  std::uniform_int_distribution<int64_t> pick_m(5, 40);
-  for (DType wtype : {DType::kBF16, DType::kF32})
-    for (int64_t k : {257, 1100}) {
-      const int64_t n = 100;
-      const Tensor w = test::random_tensor({n, k}, wtype);
-      const int64_t m = pick_m(test::rng());
-      const Tensor x = test::random_tensor({m, k});
-      set_default_threads(1);
-      std::vector<Tensor> alone;
-      for (int64_t r = 0; r < m; ++r) alone.push_back(ops::linear(x.slice(0, r, r + 1), w));
-      for (int threads : {1, 2, 3, 5}) {
-        set_default_threads(threads);
-        const Tensor full = ops::linear(x, w);
-        // A sub-batch placing each row at a different index than in `full`.
-        const int64_t sub0 = m / 3;
-        const Tensor sub = ops::linear(x.slice(0, sub0, m), w);
-        for (int64_t r = 0; r < m; ++r) {
-          EXPECT_TRUE(test::bit_equal(full.slice(0, r, r + 1), alone[static_cast<size_t>(r)]))
-              << dtype_name(wtype) << " K=" << k << " M=" << m << " row " << r << " threads " << threads;
-          if (r >= sub0) {
-            EXPECT_TRUE(test::bit_equal(sub.slice(0, r - sub0, r - sub0 + 1), alone[static_cast<size_t>(r)]))
-                << "sub-batch row " << r;
-          }
-        }
+// Runs the batch-invariance check for the current SIMD target.
+void check_batch_invariance(DType wtype, int64_t k, int64_t m) {
+  const int64_t n = 100;
+  const Tensor w = test::random_tensor({n, k}, wtype);
+  const Tensor x = test::random_tensor({m, k});
+  set_default_threads(1);
+  std::vector<Tensor> alone;
+  for (int64_t r = 0; r < m; ++r) alone.push_back(ops::linear(x.slice(0, r, r + 1), w));
+  for (int threads : {1, 2, 3, 5}) {
+    set_default_threads(threads);
+    const Tensor full = ops::linear(x, w);
+    // Sub-batches placing each row at other indices: a large one and a small (streaming-path) one.
+    const int64_t sub0 = m / 3, small0 = m - 6;
+    const Tensor sub = ops::linear(x.slice(0, sub0, m), w);
+    const Tensor small = ops::linear(x.slice(0, small0, m), w);
+    for (int64_t r = 0; r < m; ++r) {
+      const Tensor& want = alone[static_cast<size_t>(r)];
+      EXPECT_TRUE(test::bit_equal(full.slice(0, r, r + 1), want))
+          << dtype_name(wtype) << " K=" << k << " M=" << m << " row " << r << " threads " << threads;
+      if (r >= sub0) {
+        EXPECT_TRUE(test::bit_equal(sub.slice(0, r - sub0, r - sub0 + 1), want)) << "sub-batch row " << r;
+      }
+      if (r >= small0) {
+        EXPECT_TRUE(test::bit_equal(small.slice(0, r - small0, r - small0 + 1), want))
+            << "small batch row " << r;
       }
     }
+  }
   set_default_threads(0);
+}
+
+TEST(Linear, BatchInvariantBitIdentical) {
+  std::uniform_int_distribution<int64_t> pick_m(17, 45);
+  for (DType wtype : {DType::kBF16, DType::kF32})
+    for (int64_t k : {257, 1100, 2500}) check_batch_invariance(wtype, k, pick_m(test::rng()));
+}
+
+// Every SIMD target compiled in and supported here (AVX-512, AVX2, SSE4, ...) is accurate and
+// batch-invariant on its own (values may differ between targets: lane counts differ).
+TEST(Linear, EveryTargetAccurateAndBatchInvariant) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (DType wtype : {DType::kBF16, DType::kF32}) {
+      const Tensor x = test::random_tensor({19, 1037});
+      check_linear(x.slice(0, 0, 3), test::random_tensor({13, 1037}, wtype), "target few rows");
+      check_linear(x, test::random_tensor({13, 1037}, wtype), "target many rows");
+      check_batch_invariance(wtype, 1100, 20);
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(Linear, EmptyReductionGivesZeros) {
@@ -111,10 +136,10 @@ TEST(Linear, EmptyReductionGivesZeros) {
 
 TEST(Linear, RejectsBadArguments) {
   const Tensor x = test::random_tensor({2, 8});
-  EXPECT_THROW(ops::linear(x, test::random_tensor({3, 9})), InvalidArgument);         // K mismatch
+  EXPECT_THROW(ops::linear(x, test::random_tensor({3, 9})), InvalidArgument);                   // K mismatch
   EXPECT_THROW(ops::linear(x.to(DType::kBF16), test::random_tensor({3, 8})), InvalidArgument);  // x dtype
-  EXPECT_THROW(ops::linear(x, Tensor::zeros({3, 8}, DType::kI32)), InvalidArgument);  // w dtype
-  EXPECT_THROW(ops::linear(x, test::random_tensor({3, 2, 4})), InvalidArgument);      // w rank
+  EXPECT_THROW(ops::linear(x, Tensor::zeros({3, 8}, DType::kI32)), InvalidArgument);            // w dtype
+  EXPECT_THROW(ops::linear(x, test::random_tensor({3, 2, 4})), InvalidArgument);                // w rank
   Tensor wrong = Tensor::zeros({2, 4}, DType::kF32);
   EXPECT_THROW(ops::linear(x, test::random_tensor({3, 8}), wrong), InvalidArgument);  // out shape
   try {

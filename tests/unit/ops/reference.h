@@ -46,7 +46,8 @@ inline void expect_close(const Tensor& actual, const std::vector<double>& expect
   ASSERT_EQ(actual.numel(), static_cast<int64_t>(expected.size())) << what;
   int failures = 0;
   for (int64_t i = 0; i < actual.numel() && failures < 5; ++i) {
-    const double a = actual.item_f32(i), e = expected[static_cast<size_t>(i)], t = tol[static_cast<size_t>(i)];
+    const double a = actual.item_f32(i), e = expected[static_cast<size_t>(i)],
+                 t = tol[static_cast<size_t>(i)];
     if (!(std::fabs(a - e) <= t)) {
       ADD_FAILURE() << what << ": element " << i << " = " << a << ", expected " << e << " ± " << t;
       ++failures;

@@ -39,7 +39,8 @@ TEST(RopeInvFreq, DefaultAndProportional) {
 }
 
 // x'[i] = x[i] cos - x[i+D/2] sin, x'[i+D/2] = x[i+D/2] cos + x[i] sin with angle = f32(pos * f).
-std::vector<double> rope_ref(const Tensor& x, const std::vector<int32_t>& pos, const std::vector<float>& inv) {
+std::vector<double> rope_ref(const Tensor& x, const std::vector<int32_t>& pos,
+                             const std::vector<float>& inv) {
   auto xd = test::to_doubles(x);
   const int64_t t = x.dim(0), h = x.dim(1), d = x.dim(2), half = d / 2;
   std::vector<double> out = xd;

@@ -35,9 +35,10 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<cons
   require<InvalidArgument>(k.dim(2) == d && v.dim(0) == tk && v.dim(1) == hkv && hkv > 0 && hq % hkv == 0,
                            "attention: incompatible shapes q {} k {} v {}", shape_string(q.shape()),
                            shape_string(k.shape()), shape_string(v.shape()));
-  require<InvalidArgument>(static_cast<int64_t>(q_pos.size()) == tq && static_cast<int64_t>(k_pos.size()) == tk,
-                           "attention: {} query positions and {} key positions for q {} k {}", q_pos.size(),
-                           k_pos.size(), shape_string(q.shape()), shape_string(k.shape()));
+  require<InvalidArgument>(
+      static_cast<int64_t>(q_pos.size()) == tq && static_cast<int64_t>(k_pos.size()) == tk,
+      "attention: {} query positions and {} key positions for q {} k {}", q_pos.size(), k_pos.size(),
+      shape_string(q.shape()), shape_string(k.shape()));
   cpu::prepare_out(out, {tq, hq, dv}, DType::kF32, "attention");
   const int64_t group = hq / hkv;
   const float* qb = q.data<float>();
@@ -56,66 +57,66 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<cons
   // on D), its softmax and its Σ p·v run over its own visible keys in storage order: nothing depends
   // on the other queries of the block.
   const int64_t work_per_task = kQueryBlock * std::max<int64_t>(tk, 1) * (d + dv);
-  parallel_for(hq * q_blocks, std::max<int64_t>(1, (int64_t{1} << 16) / work_per_task), [&](int64_t begin,
-                                                                                               int64_t end) {
-    std::vector<float> scores;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t h = task / q_blocks, g = h / group;
-      const int64_t i0 = task % q_blocks * kQueryBlock, i1 = std::min(tq, i0 + kQueryBlock);
-      // Key index range [lo, hi) holding every key visible to some query of the block.
-      int64_t lo = tk, hi = 0;
-      for (int64_t i = i0; i < i1; ++i) {
-        for (int64_t j = 0; j < tk; ++j)
-          if (visible(i, j)) {
-            lo = std::min(lo, j);
-            break;
-          }
-        for (int64_t j = tk; j-- > 0;)
-          if (visible(i, j)) {
-            hi = std::max(hi, j + 1);
-            break;
-          }
-      }
-      const int64_t span = hi > lo ? hi - lo : 0;
-      if (span > 0) {
-        scores.resize(static_cast<size_t>((i1 - i0) * span));
-        cpu::LinearArgs args;
-        args.x = qb + i0 * q_st + h * q_sh;
-        args.x_stride = q_st;
-        args.w = kb + lo * k_st + g * k_sh;
-        args.w_bf16 = false;
-        args.w_stride = k_st;
-        args.out = scores.data();
-        args.out_stride = span;
-        args.k = d;
-        cpu::linear_block(args, 0, i1 - i0, 0, span);
-      }
-      for (int64_t i = i0; i < i1; ++i) {
-        float* orow = ob + (i * hq + h) * dv;
-        std::memset(orow, 0, static_cast<size_t>(dv) * sizeof(float));
-        if (span == 0) continue;
-        float* s = scores.data() + (i - i0) * span;
-        float max = -std::numeric_limits<float>::infinity();
-        bool any = false;
-        for (int64_t j = lo; j < hi; ++j) {
-          if (!visible(i, j)) continue;
-          s[j - lo] *= scale;
-          max = std::max(max, s[j - lo]);
-          any = true;
-        }
-        if (!any) continue;
-        float sum = 0.0f;
-        for (int64_t j = lo; j < hi; ++j) {
-          if (!visible(i, j)) continue;
-          const float p = std::exp(s[j - lo] - max);
-          sum += p;
-          cpu::axpy(p, vb + j * v_st + g * v_sh, orow, dv);
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t c = 0; c < dv; ++c) orow[c] *= inv;
-      }
-    }
-  });
+  parallel_for(hq * q_blocks, std::max<int64_t>(1, (int64_t{1} << 16) / work_per_task),
+               [&](int64_t begin, int64_t end) {
+                 std::vector<float> scores;
+                 for (int64_t task = begin; task < end; ++task) {
+                   const int64_t h = task / q_blocks, g = h / group;
+                   const int64_t i0 = task % q_blocks * kQueryBlock, i1 = std::min(tq, i0 + kQueryBlock);
+                   // Key index range [lo, hi) holding every key visible to some query of the block.
+                   int64_t lo = tk, hi = 0;
+                   for (int64_t i = i0; i < i1; ++i) {
+                     for (int64_t j = 0; j < tk; ++j)
+                       if (visible(i, j)) {
+                         lo = std::min(lo, j);
+                         break;
+                       }
+                     for (int64_t j = tk; j-- > 0;)
+                       if (visible(i, j)) {
+                         hi = std::max(hi, j + 1);
+                         break;
+                       }
+                   }
+                   const int64_t span = hi > lo ? hi - lo : 0;
+                   if (span > 0) {
+                     scores.resize(static_cast<size_t>((i1 - i0) * span));
+                     cpu::LinearArgs args;
+                     args.x = qb + i0 * q_st + h * q_sh;
+                     args.x_stride = q_st;
+                     args.w = kb + lo * k_st + g * k_sh;
+                     args.w_bf16 = false;
+                     args.w_stride = k_st;
+                     args.out = scores.data();
+                     args.out_stride = span;
+                     args.k = d;
+                     cpu::linear_block(args, 0, i1 - i0, 0, span);
+                   }
+                   for (int64_t i = i0; i < i1; ++i) {
+                     float* orow = ob + (i * hq + h) * dv;
+                     std::memset(orow, 0, static_cast<size_t>(dv) * sizeof(float));
+                     if (span == 0) continue;
+                     float* s = scores.data() + (i - i0) * span;
+                     float max = -std::numeric_limits<float>::infinity();
+                     bool any = false;
+                     for (int64_t j = lo; j < hi; ++j) {
+                       if (!visible(i, j)) continue;
+                       s[j - lo] *= scale;
+                       max = std::max(max, s[j - lo]);
+                       any = true;
+                     }
+                     if (!any) continue;
+                     float sum = 0.0f;
+                     for (int64_t j = lo; j < hi; ++j) {
+                       if (!visible(i, j)) continue;
+                       const float p = std::exp(s[j - lo] - max);
+                       sum += p;
+                       cpu::axpy(p, vb + j * v_st + g * v_sh, orow, dv);
+                     }
+                     const float inv = 1.0f / sum;
+                     for (int64_t c = 0; c < dv; ++c) orow[c] *= inv;
+                   }
+                 }
+               });
 }
 
 }  // namespace lmx::ops

@@ -24,7 +24,8 @@ inline float gelu_tanh_scalar(float x) {
 
 float* contiguous_f32(Tensor& x, const char* op, const char* what) {
   cpu::require_dtype(x, DType::kF32, op, what);
-  require<InvalidArgument>(x.is_contiguous(), "{}: {} {} must be contiguous", op, what, shape_string(x.shape()));
+  require<InvalidArgument>(x.is_contiguous(), "{}: {} {} must be contiguous", op, what,
+                           shape_string(x.shape()));
   return x.data<float>();
 }
 
@@ -39,7 +40,8 @@ void for_each_index(int64_t n, Fn fn) {
 // The operand of add_inplace / mul_inplace: same element count, or a vector of the last dim.
 const float* broadcast_operand(const Tensor& target, const Tensor& a, const char* op, bool& per_row) {
   cpu::require_dtype(a, DType::kF32, op, "operand");
-  require<InvalidArgument>(a.is_contiguous(), "{}: operand {} must be contiguous", op, shape_string(a.shape()));
+  require<InvalidArgument>(a.is_contiguous(), "{}: operand {} must be contiguous", op,
+                           shape_string(a.shape()));
   const int64_t cols = target.ndim() ? target.dim(-1) : 1;
   per_row = a.numel() != target.numel();
   require<InvalidArgument>(!per_row || (a.numel() == cols && target.ndim() >= 1),
@@ -66,8 +68,9 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   if (!out.defined()) out = Tensor::zeros(gate.shape(), DType::kF32);
   cpu::require_dtype(out, DType::kF32, kOp, "out");
   const cpu::RowView o = cpu::row_view(out, kOp, "out");
-  require<InvalidArgument>(o.rows == g.rows && o.cols == g.cols, "gelu_tanh_mul: out {} does not match gate {}",
-                           shape_string(out.shape()), shape_string(gate.shape()));
+  require<InvalidArgument>(o.rows == g.rows && o.cols == g.cols,
+                           "gelu_tanh_mul: out {} does not match gate {}", shape_string(out.shape()),
+                           shape_string(gate.shape()));
   const int64_t cols = g.cols;
   parallel_for(g.rows, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(cols, 1)),
                [&](int64_t begin, int64_t end) {
@@ -103,8 +106,8 @@ void softmax(Tensor& x) {
 }
 
 void softcap(Tensor& x, float cap) {
-  require<InvalidArgument>(cap > 0.0f && std::isfinite(cap), "softcap: cap must be positive and finite, got {}",
-                           cap);
+  require<InvalidArgument>(cap > 0.0f && std::isfinite(cap),
+                           "softcap: cap must be positive and finite, got {}", cap);
   float* p = contiguous_f32(x, "softcap", "x");
   for_each_index(x.numel(), [p, cap](int64_t i) { p[i] = cap * std::tanh(p[i] / cap); });
 }

@@ -14,8 +14,8 @@ void embedding(const Tensor& table, std::span<const int32_t> ids, float scale, T
   const cpu::RowView tv = cpu::row_view(table, kOp, "table");
   const int64_t vocab = tv.rows, dim = tv.cols;
   for (size_t t = 0; t < ids.size(); ++t)
-    require<InvalidArgument>(ids[t] >= 0 && ids[t] < vocab, "embedding: token id {} (at index {}) outside [0, {})",
-                             ids[t], t, vocab);
+    require<InvalidArgument>(ids[t] >= 0 && ids[t] < vocab,
+                             "embedding: token id {} (at index {}) outside [0, {})", ids[t], t, vocab);
   cpu::prepare_out(out, {static_cast<int64_t>(ids.size()), dim}, DType::kF32, kOp);
   float* o = out.data<float>();
   const bool bf16 = table.dtype() == DType::kBF16;

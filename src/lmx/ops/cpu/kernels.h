@@ -34,7 +34,7 @@ struct LinearTiling {
   int64_t tasks() const { return (m + m_block - 1) / m_block * n_blocks(); }
   void block(int64_t task, int64_t& m0, int64_t& m1, int64_t& n0, int64_t& n1) const;
 };
-LinearTiling linear_tiling(int64_t m, int64_t n, int64_t k);
+LinearTiling linear_tiling(int64_t m, int64_t n);
 
 // out[0:m, 0:n] over the default thread pool (values as linear_block).
 void linear_threaded(const LinearArgs& args, int64_t m, int64_t n);

@@ -9,11 +9,12 @@
 namespace lmx::ops {
 namespace cpu {
 namespace {
-// Below this many x rows a block is one strip of rows; weight rows per task then.
+// Fewer x rows than kGemvRows (decode): a task is kGemvRowsPerTask weight rows, all x rows.
 constexpr int64_t kGemvRows = 4;
 constexpr int64_t kGemvRowsPerTask = 16;
-// Batched path: a task covers up to kMaxRowsPerTask x rows (kept in L2) and kWeightRowsPerTask w rows.
-constexpr int64_t kMaxRowsPerTask = 128;
+// Otherwise a task is up to kMaxRowsPerTask x rows (their K pass stays in L2) × kWeightRowsPerTask
+// weight rows (a multiple of every target's tile width).
+constexpr int64_t kMaxRowsPerTask = 64;
 constexpr int64_t kWeightRowsPerTask = 48;
 // A chunk handed to one thread does at least this many multiply-adds (thread wake-up is ~µs).
 constexpr int64_t kMinMacsPerChunk = int64_t{1} << 18;
@@ -27,7 +28,7 @@ void LinearTiling::block(int64_t task, int64_t& m0, int64_t& m1, int64_t& n0, in
   n1 = std::min(n, n0 + n_block);
 }
 
-LinearTiling linear_tiling(int64_t m, int64_t n, int64_t k) {
+LinearTiling linear_tiling(int64_t m, int64_t n) {
   LinearTiling t;
   t.m = m;
   t.n = n;
@@ -44,7 +45,7 @@ LinearTiling linear_tiling(int64_t m, int64_t n, int64_t k) {
 
 void linear_threaded(const LinearArgs& args, int64_t m, int64_t n) {
   if (m <= 0 || n <= 0) return;
-  const LinearTiling tiling = linear_tiling(m, n, args.k);
+  const LinearTiling tiling = linear_tiling(m, n);
   const int64_t macs_per_task = tiling.m_block * tiling.n_block * std::max<int64_t>(args.k, 1);
   const int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_task);
   parallel_for(tiling.tasks(), grain, [&](int64_t begin, int64_t end) {

@@ -97,22 +97,21 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
                                weights.shape() == experts.shape() && weights.is_contiguous(),
                            "moe_experts: experts {} and weights {} must both be contiguous [T={}, k]",
                            shape_string(experts.shape()), shape_string(weights.shape()), tokens);
-  require<InvalidArgument>(gate_up.ndim() == 3 && gate_up.is_contiguous() && gate_up.dim(2) == hidden &&
-                               gate_up.dim(1) % 2 == 0,
-                           "moe_experts: gate_up must be contiguous [E, 2I, H={}], got {}", hidden,
-                           shape_string(gate_up.shape()));
+  require<InvalidArgument>(
+      gate_up.ndim() == 3 && gate_up.is_contiguous() && gate_up.dim(2) == hidden && gate_up.dim(1) % 2 == 0,
+      "moe_experts: gate_up must be contiguous [E, 2I, H={}], got {}", hidden, shape_string(gate_up.shape()));
   const int64_t num_experts = gate_up.dim(0), inter = gate_up.dim(1) / 2;
   require<InvalidArgument>(down.ndim() == 3 && down.is_contiguous() && down.dim(0) == num_experts &&
                                down.dim(1) == hidden && down.dim(2) == inter,
-                           "moe_experts: down must be contiguous [E={}, H={}, I={}], got {}", num_experts, hidden,
-                           inter, shape_string(down.shape()));
+                           "moe_experts: down must be contiguous [E={}, H={}, I={}], got {}", num_experts,
+                           hidden, inter, shape_string(down.shape()));
   const int64_t top_k = experts.dim(1);
   const int32_t* ex = experts.data<int32_t>();
   const float* wt = weights.data<float>();
   for (int64_t i = 0; i < tokens * top_k; ++i)
     require<InvalidArgument>(ex[i] >= 0 && ex[i] < num_experts,
-                             "moe_experts: expert id {} (token {}, slot {}) outside [0, {})", ex[i], i / top_k,
-                             i % top_k, num_experts);
+                             "moe_experts: expert id {} (token {}, slot {}) outside [0, {})", ex[i],
+                             i / top_k, i % top_k, num_experts);
   cpu::prepare_out(out, {tokens, hidden}, DType::kF32, kOp);
   float* o = out.data<float>();
   const int64_t slots = tokens * top_k;
@@ -125,7 +124,8 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
   // belong to expert e, in increasing (token, slot) order; row_of[t * k + j] is the pair's row.
   std::vector<int64_t> start(static_cast<size_t>(num_experts + 1), 0);
   for (int64_t i = 0; i < slots; ++i) ++start[static_cast<size_t>(ex[i]) + 1];
-  for (int64_t e = 0; e < num_experts; ++e) start[static_cast<size_t>(e + 1)] += start[static_cast<size_t>(e)];
+  for (int64_t e = 0; e < num_experts; ++e)
+    start[static_cast<size_t>(e + 1)] += start[static_cast<size_t>(e)];
   std::vector<int64_t> row_of(static_cast<size_t>(slots));
   {
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
@@ -146,12 +146,12 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
 
   // Runs one projection for every expert with tokens: the tasks of all experts share one parallel
   // loop, so each expert's weights are read once; every value is a linear_block value.
-  auto run_experts = [&](int64_t n_out, int64_t k_in, auto make_args) {
+  auto run_experts = [&](int64_t n_out, auto make_args) {
     std::vector<ExpertTask> tasks;
     for (int64_t e = 0; e < num_experts; ++e) {
       const int64_t rows = start[static_cast<size_t>(e + 1)] - start[static_cast<size_t>(e)];
       if (rows == 0) continue;
-      const cpu::LinearTiling tiling = cpu::linear_tiling(rows, n_out, k_in);
+      const cpu::LinearTiling tiling = cpu::linear_tiling(rows, n_out);
       for (int64_t t = 0; t < tiling.tasks(); ++t) {
         ExpertTask task{e, 0, 0, 0, 0};
         tiling.block(t, task.m0, task.m1, task.n0, task.n1);
@@ -168,7 +168,7 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
 
   // gate_up: hbuf[row, 0:2I] = gathered[row] · gate_up[e]ᵀ.
   std::vector<float> hbuf(static_cast<size_t>(slots * 2 * inter));
-  run_experts(2 * inter, hidden, [&](int64_t e) {
+  run_experts(2 * inter, [&](int64_t e) {
     cpu::LinearArgs a;
     const int64_t row0 = start[static_cast<size_t>(e)];
     a.x = gathered.data() + row0 * hidden;
@@ -182,15 +182,16 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
     return a;
   });
   // act = gelu_tanh(gate) * up, written over the gate half of each hbuf row.
-  parallel_for(slots, std::max<int64_t>(1, 16384 / std::max<int64_t>(inter, 1)), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      float* row = hbuf.data() + r * 2 * inter;
-      for (int64_t c = 0; c < inter; ++c) row[c] = gelu_tanh_scalar(row[c]) * row[inter + c];
-    }
-  });
+  parallel_for(slots, std::max<int64_t>(1, 16384 / std::max<int64_t>(inter, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   float* row = hbuf.data() + r * 2 * inter;
+                   for (int64_t c = 0; c < inter; ++c) row[c] = gelu_tanh_scalar(row[c]) * row[inter + c];
+                 }
+               });
   // down: ybuf[row, 0:H] = act[row] · down[e]ᵀ (gathered is reused: same shape [slots, H]).
   float* ybuf = gathered.data();
-  run_experts(hidden, inter, [&](int64_t e) {
+  run_experts(hidden, [&](int64_t e) {
     cpu::LinearArgs a;
     const int64_t row0 = start[static_cast<size_t>(e)];
     a.x = hbuf.data() + row0 * 2 * inter;

@@ -18,8 +18,8 @@ void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& out) {
   if (weight) {
     cpu::require_weight_dtype(*weight, kOp, "weight");
     require<InvalidArgument>(weight->is_contiguous() && weight->numel() == cols,
-                             "rms_norm: weight {} does not match x {} (last dim)", shape_string(weight->shape()),
-                             shape_string(x.shape()));
+                             "rms_norm: weight {} does not match x {} (last dim)",
+                             shape_string(weight->shape()), shape_string(x.shape()));
     if (weight->dtype() == DType::kBF16)
       w_bf16 = weight->data_u16();
     else

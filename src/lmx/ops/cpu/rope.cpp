@@ -8,11 +8,12 @@
 namespace lmx::ops {
 
 std::vector<float> rope_inv_freq(int head_dim, double theta, int rotated_pairs) {
-  require<InvalidArgument>(head_dim > 0 && head_dim % 2 == 0, "rope_inv_freq: head_dim {} must be positive and even",
-                           head_dim);
+  require<InvalidArgument>(head_dim > 0 && head_dim % 2 == 0,
+                           "rope_inv_freq: head_dim {} must be positive and even", head_dim);
   require<InvalidArgument>(rotated_pairs >= 0 && rotated_pairs <= head_dim / 2,
                            "rope_inv_freq: rotated_pairs {} outside [0, {}]", rotated_pairs, head_dim / 2);
-  require<InvalidArgument>(theta > 0.0 && std::isfinite(theta), "rope_inv_freq: theta {} must be positive", theta);
+  require<InvalidArgument>(theta > 0.0 && std::isfinite(theta), "rope_inv_freq: theta {} must be positive",
+                           theta);
   std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2), 0.0f);
   const float base = static_cast<float>(theta);
   for (int i = 0; i < rotated_pairs; ++i) {

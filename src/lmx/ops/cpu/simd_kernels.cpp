@@ -8,7 +8,9 @@
 #include "lmx/ops/cpu/kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 HWY_BEFORE_NAMESPACE();
@@ -21,25 +23,37 @@ using VF = hn::Vec<DF>;
 
 // Largest f32 lane count of any target (2048-bit vectors); sizes the zero-padded tail buffers.
 constexpr int kMaxLanes = 64;
-// Register tile of the batched path: up to kTileRows rows of x times kTileCols rows of w.
+// Register tile: up to kTileRows rows of x times kTileCols rows of w, sized so the R*C accumulators
+// plus R x vectors and one w vector fit the target's vector registers (32 with AVX-512, else 16).
+// Tile shapes only change speed: the per-output reduction order is the same for every shape.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int kTileRows = 4;
 constexpr int kTileCols = 6;
+#else
+constexpr int kTileRows = 3;
+constexpr int kTileCols = 4;
+#endif
 // Single-row (GEMV) tiles take this many weight rows at once: independent FMA chains and streams.
 constexpr int kGemvCols = 8;
 // Columns of K per pass of the batched path (a multiple of every target's lane count): one
 // kTileCols-row weight panel (24 KiB f32) stays in L1 while the block's x rows stream from L2.
 constexpr int64_t kKBlock = 1024;
-// From this many x rows on, bf16 weights are widened to f32 once per block instead of per tile.
-constexpr int64_t kBatchedMinRows = 4;
+// From this many x rows on (compute-bound), a block widens its bf16 weights to f32 once per K pass
+// and reuses them for all its x rows; below it (memory-bound), tiles stream the stored weights.
+constexpr int64_t kBatchedMinRows = 16;
 
-HWY_INLINE VF load_weights(DF d, const float* p) { return hn::LoadU(d, p); }
+HWY_INLINE VF load_weights(DF d, const float* p) {
+  return hn::LoadU(d, p);
+}
 HWY_INLINE VF load_weights(DF d, const uint16_t* p) {
   const hn::RebindToUnsigned<DF> du;
   const hn::Rebind<uint16_t, DF> dh;
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, p))));
 }
 
-HWY_INLINE float widen_scalar(float v) { return v; }
+HWY_INLINE float widen_scalar(float v) {
+  return v;
+}
 HWY_INLINE float widen_scalar(uint16_t bits) {
   uint32_t u = static_cast<uint32_t>(bits) << 16;
   float f;
@@ -49,15 +63,15 @@ HWY_INLINE float widen_scalar(uint16_t bits) {
 
 // One register tile: rows x[0..R) and w[0..C) over the K range [k0, k0 + n) of the full K.
 struct TileArgs {
-  const float* x;   // points at column k0 of the first x row
+  const float* x;  // points at column k0 of the first x row
   int64_t ldx;
-  const void* w;    // points at column k0 of the first w row (float or bf16 bits)
+  const void* w;  // points at column k0 of the first w row (float or bf16 bits)
   int64_t ldw;
-  int64_t n;        // columns in this pass; k0 is a multiple of the lane count
-  bool first;       // accumulators start at zero (else they are loaded from acc)
-  bool last;        // the pass reaching K: add the zero-padded tail, reduce, write out
-  float* acc;       // R*C vectors carried between passes (unused when first && last)
-  float* out;       // out[r * ldo + c]
+  int64_t n;   // columns in this pass; k0 is a multiple of the lane count
+  bool first;  // accumulators start at zero (else they are loaded from acc)
+  bool last;   // the pass reaching K: add the zero-padded tail, reduce, write out
+  float* acc;  // R*C vectors carried between passes (unused when first && last)
+  float* out;  // out[r * ldo + c]
   int64_t ldo;
 };
 
@@ -70,8 +84,7 @@ HWY_NOINLINE void tile(const TileArgs& a) {
   const W* w = static_cast<const W*>(a.w);
   VF acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c)
-      acc[r][c] = a.first ? hn::Zero(d) : hn::LoadU(d, a.acc + (r * C + c) * lanes);
+    for (int c = 0; c < C; ++c) acc[r][c] = a.first ? hn::Zero(d) : hn::LoadU(d, a.acc + (r * C + c) * lanes);
   const int64_t n_full = a.n - a.n % lanes;
   for (int64_t k = 0; k < n_full; k += lanes) {
     VF xv[R];
@@ -106,17 +119,28 @@ HWY_NOINLINE void tile(const TileArgs& a) {
 template <typename W>
 using TileFn = void (*)(const TileArgs&);
 
-// tile<R, C, W> for R in [1, kTileRows], C in [1, kTileCols] (and up to kGemvCols when R == 1).
+// tile<R, C, W> for R in [1, kTileRows], C in [1, kTileCols] (up to kGemvCols when R == 1).
+template <int R, int C, typename W>
+constexpr TileFn<W> tile_entry() {
+  if constexpr (C <= (R == 1 ? kGemvCols : kTileCols)) {
+    return &tile<R, C, W>;
+  } else {
+    return nullptr;
+  }
+}
+template <typename W, int R, int... C>
+constexpr std::array<TileFn<W>, kGemvCols> tile_row(std::integer_sequence<int, C...>) {
+  return {tile_entry<R, C + 1, W>()...};
+}
+template <typename W, int... R>
+constexpr std::array<std::array<TileFn<W>, kGemvCols>, kTileRows> tile_table(
+    std::integer_sequence<int, R...>) {
+  return {tile_row<W, R + 1>(std::make_integer_sequence<int, kGemvCols>())...};
+}
 template <typename W>
 TileFn<W> tile_fn(int rows, int cols) {
-  static constexpr TileFn<W> kTable[kTileRows][kGemvCols] = {
-      {&tile<1, 1, W>, &tile<1, 2, W>, &tile<1, 3, W>, &tile<1, 4, W>, &tile<1, 5, W>, &tile<1, 6, W>,
-       &tile<1, 7, W>, &tile<1, 8, W>},
-      {&tile<2, 1, W>, &tile<2, 2, W>, &tile<2, 3, W>, &tile<2, 4, W>, &tile<2, 5, W>, &tile<2, 6, W>},
-      {&tile<3, 1, W>, &tile<3, 2, W>, &tile<3, 3, W>, &tile<3, 4, W>, &tile<3, 5, W>, &tile<3, 6, W>},
-      {&tile<4, 1, W>, &tile<4, 2, W>, &tile<4, 3, W>, &tile<4, 4, W>, &tile<4, 5, W>, &tile<4, 6, W>},
-  };
-  return kTable[rows - 1][cols - 1];
+  static constexpr auto kTable = tile_table<W>(std::make_integer_sequence<int, kTileRows>());
+  return kTable[static_cast<size_t>(rows - 1)][static_cast<size_t>(cols - 1)];
 }
 
 // Few rows of x: every tile runs over the whole K straight from the stored weights.
@@ -128,8 +152,16 @@ void block_direct(const LinearArgs& args, int64_t m0, int64_t m1, int64_t n0, in
     const int max_cols = rows == 1 ? kGemvCols : kTileCols;
     for (int64_t n = n0; n < n1; n += max_cols) {
       const int cols = static_cast<int>(std::min<int64_t>(max_cols, n1 - n));
-      TileArgs t{args.x + m * args.x_stride, args.x_stride, w + n * args.w_stride, args.w_stride, args.k,
-                 true, true, nullptr, args.out + m * args.out_stride + n, args.out_stride};
+      TileArgs t{args.x + m * args.x_stride,
+                 args.x_stride,
+                 w + n * args.w_stride,
+                 args.w_stride,
+                 args.k,
+                 true,
+                 true,
+                 nullptr,
+                 args.out + m * args.out_stride + n,
+                 args.out_stride};
       tile_fn<W>(rows, cols)(t);
     }
   }
@@ -168,7 +200,8 @@ void block_batched(const LinearArgs& args, int64_t m0, int64_t m1, int64_t n0, i
         float* dst = widened_rows + r * kn;
         int64_t i = 0;
         for (; i < kn_full; i += lanes)
-          hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, src + i)))), d, dst + i);
+          hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, src + i)))), d,
+                     dst + i);
         for (; i < kn; ++i) dst[i] = widen_scalar(src[i]);
       }
       panel = widened_rows;
@@ -253,7 +286,9 @@ void linear_block(const LinearArgs& args, int64_t m0, int64_t m1, int64_t n0, in
   HWY_DYNAMIC_DISPATCH(linear_block_impl)(args, m0, m1, n0, n1);
 }
 
-float dot(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(dot_impl)(a, b, n); }
+float dot(const float* a, const float* b, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(dot_impl)(a, b, n);
+}
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(axpy_impl)(alpha, x, y, n);

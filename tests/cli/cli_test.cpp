@@ -1,0 +1,130 @@
+// The lmx CLI's exact interfaces (generate, logits, synth, bench) run as a real process, and its
+// errors on bad input: a message on stderr and a non-zero exit, never a crash.
+#include "lmx/io/safetensors.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace lmx {
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult run_lmx(const std::string& args) {
+  std::string command = std::string(LMX_BINARY_DIR) + "/lmx " + args + " 2>&1";
+  RunResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string tiny(const std::string& name) { return test::source_path("tests/data/models/" + name); }
+
+TEST(Cli, GenerateJsonMatchesGolden) {
+  // The golden greedy continuation of the 7-token prompt of tiny-31b.
+  auto goldens = SafetensorsFile::open(tiny("tiny-31b") + "/goldens.safetensors");
+  Tensor prompt = goldens->tensor("prompt_1").contiguous(), greedy = goldens->tensor("greedy_1").contiguous();
+  std::string ids;
+  for (int32_t id : prompt.span<int32_t>()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  RunResult r = run_lmx("generate --model " + tiny("tiny-31b") + " --prompt-ids " + ids + " --max-tokens 20 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto json = nlohmann::json::parse(r.output);
+  auto span = greedy.span<int32_t>();
+  EXPECT_EQ(json["tokens"].get<std::vector<int32_t>>(), std::vector<int32_t>(span.begin(), span.end()));
+  EXPECT_GT(json["prompt_tok_s"].get<double>(), 0);
+  EXPECT_GT(json["decode_tok_s"].get<double>(), 0);
+}
+
+TEST(Cli, GeneratePlainPrintsTokensAndTiming) {
+  RunResult r = run_lmx("generate --model " + tiny("tiny-e2b") + " --prompt-ids 2,105,7 --max-tokens 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tok/s"), std::string::npos) << r.output;
+}
+
+TEST(Cli, LogitsNpyMatchesGoldenAndChunking) {
+  test::TempDir dir;
+  auto goldens = SafetensorsFile::open(tiny("tiny-e2b") + "/goldens.safetensors");
+  Tensor prompt = goldens->tensor("prompt_3").contiguous(), expected = goldens->tensor("logits_3").contiguous();
+  std::string ids;
+  for (int32_t id : prompt.span<int32_t>()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  for (const std::string chunk : {"0", "5"}) {
+    std::string out = dir.file("logits" + chunk + ".npy");
+    RunResult r = run_lmx("logits --model " + tiny("tiny-e2b") + " --prompt-ids " + ids + " --out " + out +
+                          " --prefill-chunk " + chunk);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(out, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(bytes.substr(0, 6), "\x93NUMPY");
+    uint16_t header_len = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
+    EXPECT_EQ((10 + header_len) % 64, 0);
+    std::string header = bytes.substr(10, header_len);
+    EXPECT_NE(header.find("'shape': (33, 512)"), std::string::npos) << header;
+    ASSERT_EQ(bytes.size(), 10 + header_len + expected.nbytes());
+    const auto* values = reinterpret_cast<const float*>(bytes.data() + 10 + header_len);
+    float worst = 0;
+    for (int64_t i = 0; i < expected.numel(); ++i)
+      worst = std::max(worst, std::fabs(values[i] - expected.data<float>()[i]));
+    EXPECT_LE(worst, 1e-3f) << "chunk " << chunk;
+  }
+}
+
+TEST(Cli, SynthThenBench) {
+  test::TempDir dir;
+  std::string config = dir.file("config.json");
+  std::ofstream(config) << std::ifstream(tiny("tiny-26b-moe") + "/config.json").rdbuf();
+  RunResult synth = run_lmx("synth --config " + config + " --out " + dir.file("model") + " --seed 3");
+  ASSERT_EQ(synth.exit_code, 0) << synth.output;
+  RunResult bench = run_lmx("bench --model " + dir.file("model") + " --prompt-tokens 16 --gen-tokens 4 --threads 1 --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  auto json = nlohmann::json::parse(bench.output);
+  for (const char* key : {"prefill_tok_s", "decode_tok_s", "weight_bytes_per_token", "peak_rss_mb"})
+    EXPECT_GT(json[key].get<double>(), 0) << key;
+  EXPECT_EQ(json["threads"], 1);
+  // The same seed gives the same weights.
+  RunResult again = run_lmx("synth --config " + config + " --out " + dir.file("model2") + " --seed 3");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  auto a = SafetensorsFile::open(dir.file("model/model.safetensors"));
+  auto b = SafetensorsFile::open(dir.file("model2/model.safetensors"));
+  Tensor ta = a->tensor("model.layers.0.experts.down_proj"), tb = b->tensor("model.layers.0.experts.down_proj");
+  EXPECT_EQ(std::memcmp(ta.raw_data(), tb.raw_data(), ta.nbytes()), 0);
+}
+
+TEST(Cli, BadInputGivesClearErrors) {
+  const std::string m = " --model " + tiny("tiny-e2b");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"generate" + m + " --prompt-ids 2,abc", "'abc'"},
+      {"generate" + m + " --prompt-ids 2,,3", "not a non-negative integer"},
+      {"generate" + m + " --prompt-ids 2,99999", "out of range"},
+      {"generate --model /nonexistent/dir --prompt-ids 2", "/nonexistent/dir"},
+      {"generate" + m + " --prompt-ids 2 --max-tokens -3", "max-tokens"},
+      {"logits" + m + " --prompt-ids 2 --out /nonexistent/dir/x.npy", "/nonexistent/dir/x.npy"},
+      {"synth --preset gemma4-7b --out /tmp/never", "unknown preset"},
+      {"bench --model " + test::source_path("tests") + " --gen-tokens 1", "config"},
+      {"frobnicate", "frobnicate"},
+  };
+  for (const auto& [args, needle] : cases) {
+    RunResult r = run_lmx(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_LT(r.exit_code, 128) << args << " crashed: " << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace lmx
