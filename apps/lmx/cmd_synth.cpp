@@ -3,6 +3,7 @@
 
 #include "lmx/core/error.h"
 #include "lmx/io/model_dir.h"
+#include "lmx/model/convert.h"
 #include "lmx/model/synthetic.h"
 
 #include <nlohmann/json.hpp>
@@ -10,12 +11,13 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 namespace lmx::cli {
 
 Verb add_synth(CLI::App& app) {
   struct Options {
-    std::string preset, config, out;
+    std::string preset, config, out, quantize;
     uint64_t seed = 0;
   };
   auto opt = std::make_shared<Options>();
@@ -25,12 +27,15 @@ Verb add_synth(CLI::App& app) {
   preset->excludes(config);
   cmd->add_option("--out", opt->out, "Output directory")->required();
   cmd->add_option("--seed", opt->seed, "Random seed");
+  cmd->add_option("--quantize", opt->quantize, "MLX affine-quantize matrices: BITS[:GROUP] (e.g. 4 or 4:32)");
   return {cmd, [opt] {
             require<InvalidArgument>(!opt->preset.empty() || !opt->config.empty(), "synth needs --preset or --config");
             nlohmann::json config = opt->preset.empty() ? load_json_file(opt->config) : gemma4_preset_config(opt->preset);
             if (config.contains("text_config")) config = config["text_config"];
             auto start = std::chrono::steady_clock::now();
-            write_synthetic_gemma4(config, opt->out, opt->seed);
+            std::optional<QuantizeOptions> quantize;
+            if (!opt->quantize.empty()) quantize = parse_quantize_spec(opt->quantize);
+            write_synthetic_gemma4(config, opt->out, opt->seed, quantize ? &*quantize : nullptr);
             double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             std::printf("wrote %s in %.1f s\n", opt->out.c_str(), seconds);
             return 0;

@@ -20,6 +20,7 @@ Verb add_generate(CLI::App& app);
 Verb add_logits(CLI::App& app);
 Verb add_synth(CLI::App& app);
 Verb add_bench(CLI::App& app);
+Verb add_convert(CLI::App& app);
 
 // Parses "2,105,7" into token ids; throws InvalidArgument naming the bad item.
 std::vector<int32_t> parse_ids(const std::string& csv);

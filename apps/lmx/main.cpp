@@ -9,7 +9,8 @@ int main(int argc, char** argv) {
   CLI::App app{"lmx — a native LLM engine (Gemma 4 on CPU)"};
   app.require_subcommand(0, 1);
   std::vector<lmx::cli::Verb> verbs = {lmx::cli::add_generate(app), lmx::cli::add_logits(app),
-                                       lmx::cli::add_synth(app), lmx::cli::add_bench(app)};
+                                       lmx::cli::add_synth(app), lmx::cli::add_bench(app),
+                                       lmx::cli::add_convert(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -102,6 +102,14 @@ TEST_P(Parity, OtherCheckpointNamings) {
     nlohmann::json text = load_json_file(dir + "/config.json");
     nlohmann::json root = {{"model_type", "gemma4"}, {"architectures", {"Gemma4ForConditionalGeneration"}},
                            {"text_config", text}, {"vision_config", {{"hidden_size", 4}}}};
+    if (text.contains("quantization")) {  // module paths in the quantization block follow the names
+      nlohmann::json block;
+      for (const auto& [key, value] : text["quantization"].items())
+        block[key.rfind("model.", 0) == 0 ? prefix + key.substr(6) : key] = value;
+      root["quantization"] = block;
+      root["text_config"].erase("quantization");
+      root["text_config"].erase("quantization_config");
+    }
     write_text_file(out.file("config.json"), root.dump(2));
     auto model = Gemma4Model::load(out.path());
     Tensor got = run(*model);
@@ -109,7 +117,11 @@ TEST_P(Parity, OtherCheckpointNamings) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(ReferenceModels, Parity, ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b"),
+// The quantized models (lmx convert --quantize 4:32 with 8-bit down projections and embeddings, one
+// module left bf16) against transformers run on their dequantized weights.
+INSTANTIATE_TEST_SUITE_P(ReferenceModels, Parity,
+                         ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4", "tiny-26b-moe-q4",
+                                           "tiny-31b-q4"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

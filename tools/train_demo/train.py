@@ -1037,7 +1037,10 @@ def _run_stages(args: argparse.Namespace, clock: Clock, torch: Any, transformers
     chat_val = encode_convs(vconvs)
     for c in convs[:50]:
         whole = runtime_tok.encode("".join(s for s, _ in dd.fast_chat_segments(c)), add_special_tokens=False).ids
-        if whole != encode_convs([c])[0][0]:
+        by_segments = encode_convs([c])
+        if not by_segments:  # longer than finetune_seq_len: dropped, nothing to compare
+            continue
+        if whole != by_segments[0][0]:
             die("tokenizing a conversation by segments differs from tokenizing it whole")
     if len(chat_train) < args.finetune_batch_size or not chat_val:
         die(f"too few conversations fit {args.finetune_seq_len} tokens")

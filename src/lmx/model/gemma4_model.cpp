@@ -18,7 +18,7 @@ void head_norm(Tensor& x, int heads, int head_dim, const Tensor* weight, float e
   ops::rms_norm(view, weight, eps, view);
 }
 
-Tensor linear(const Tensor& x, const Tensor& w) { return ops::linear(x, w); }
+Tensor linear(const Tensor& x, const Weight& w) { return apply_linear(x, w); }
 
 // x[t, :] *= scale[:] for a [D] weight (f32 or bf16).
 void scale_columns(Tensor& x, const Tensor& scale) {
@@ -33,14 +33,16 @@ void scale_columns(Tensor& x, const Tensor& scale) {
 
 std::unique_ptr<Gemma4Model> Gemma4Model::load(const std::string& dir) {
   ModelConfigFiles files = load_model_config(dir);
-  Gemma4Config config = Gemma4Config::from_json(files.text, files.root, dir + "/config.json");
+  Gemma4Config config = Gemma4Config::from_json(files.text, files.root, files.path);
+  QuantizationConfig quantization = QuantizationConfig::from_json(files.root, files.path);
   auto checkpoint = std::make_shared<Checkpoint>(Checkpoint::open_dir(dir));
-  return std::unique_ptr<Gemma4Model>(new Gemma4Model(std::move(config), std::move(checkpoint)));
+  return std::unique_ptr<Gemma4Model>(new Gemma4Model(std::move(config), std::move(checkpoint), quantization));
 }
 
-Gemma4Model::Gemma4Model(Gemma4Config config, std::shared_ptr<Checkpoint> checkpoint)
+Gemma4Model::Gemma4Model(Gemma4Config config, std::shared_ptr<Checkpoint> checkpoint,
+                         const QuantizationConfig& quantization)
     : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {
-  weights_ = Gemma4Weights::bind(*checkpoint_, config_);
+  weights_ = Gemma4Weights::bind(*checkpoint_, config_, quantization);
   std::vector<KvLayerSpec> cache_specs(static_cast<size_t>(config_.num_cache_layers));
   for (const auto& l : config_.layers) {
     if (l.kv_donor < 0) cache_specs[static_cast<size_t>(l.cache_index)] = {l.num_kv_heads, l.head_dim, l.sliding_window};
@@ -53,30 +55,28 @@ Gemma4Model::Gemma4Model(Gemma4Config config, std::shared_ptr<Checkpoint> checkp
 
 size_t Gemma4Model::weight_bytes_per_token() const {
   size_t total = 0;
-  auto add = [&](const Tensor& t) {
-    if (t.defined()) total += t.nbytes();
-  };
   for (const auto& l : weights_.layers) {
     for (const Tensor* t : {&l.input_layernorm, &l.post_attention_layernorm, &l.pre_feedforward_layernorm,
-                            &l.post_feedforward_layernorm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.q_norm,
-                            &l.k_norm, &l.gate_proj, &l.up_proj, &l.down_proj, &l.router_proj, &l.router_scale,
-                            &l.router_per_expert_scale, &l.pre_feedforward_layernorm_2,
-                            &l.post_feedforward_layernorm_1, &l.post_feedforward_layernorm_2,
-                            &l.per_layer_input_gate, &l.per_layer_projection, &l.post_per_layer_input_norm})
-      add(*t);
+                            &l.post_feedforward_layernorm, &l.q_norm, &l.k_norm, &l.router_scale,
+                            &l.router_per_expert_scale, &l.pre_feedforward_layernorm_2, &l.post_feedforward_layernorm_1,
+                            &l.post_feedforward_layernorm_2, &l.post_per_layer_input_norm})
+      if (t->defined()) total += t->nbytes();
+    for (const Weight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
+                            &l.router_proj, &l.per_layer_input_gate, &l.per_layer_projection})
+      total += w->bytes();
     // MoE: only the top-k experts are read per token.
-    if (l.experts_gate_up.defined() && config_.num_experts > 0)
-      total += (l.experts_gate_up.nbytes() + l.experts_down.nbytes()) / static_cast<size_t>(config_.num_experts) *
-               static_cast<size_t>(config_.top_k_experts);
+    if (config_.num_experts > 0) {
+      size_t experts = l.experts_gate_up.bytes() + l.experts_gate.bytes() + l.experts_up.bytes() + l.experts_down.bytes();
+      total += experts / static_cast<size_t>(config_.num_experts) * static_cast<size_t>(config_.top_k_experts);
+    }
   }
-  add(weights_.per_layer_model_projection);
-  add(weights_.per_layer_projection_norm);
-  add(weights_.norm);
+  total += weights_.per_layer_model_projection.bytes();
+  if (weights_.per_layer_projection_norm.defined()) total += weights_.per_layer_projection_norm.nbytes();
+  total += weights_.norm.nbytes();
   // The output head reads the whole table; embeddings read one row each.
-  add(weights_.lm_head.defined() ? weights_.lm_head : weights_.embed_tokens);
-  if (weights_.lm_head.defined()) total += weights_.embed_tokens.nbytes() / static_cast<size_t>(config_.vocab_size);
-  if (weights_.embed_tokens_per_layer.defined())
-    total += weights_.embed_tokens_per_layer.nbytes() / static_cast<size_t>(weights_.embed_tokens_per_layer.dim(0));
+  total += weights_.lm_head.defined() ? weights_.lm_head.bytes() + weights_.embed_tokens.row_bytes()
+                                      : weights_.embed_tokens.bytes();
+  total += weights_.embed_tokens_per_layer.row_bytes();
   return total;
 }
 
@@ -88,7 +88,7 @@ Tensor Gemma4Model::per_layer_inputs(const Tensor& embeds, std::span<const int32
   std::vector<int32_t> ple_ids(ids.begin(), ids.end());
   for (auto& id : ple_ids)
     if (id >= config_.vocab_size_per_layer_input) id = 0;  // ids past the PLE vocab get row 0 (see notes)
-  ops::embedding(weights_.embed_tokens_per_layer, ple_ids, std::sqrt(static_cast<float>(width)), token_part);
+  lookup_rows(weights_.embed_tokens_per_layer, ple_ids, std::sqrt(static_cast<float>(width)), token_part);
   Tensor context = linear(embeds, weights_.per_layer_model_projection);
   ops::scale_inplace(context, 1.0f / std::sqrt(static_cast<float>(config_.hidden_size)));
   Tensor context_rows = context.reshape({tokens * layers, width});
@@ -153,7 +153,7 @@ Tensor Gemma4Model::forward(std::span<const StepRow> rows, bool all_positions) {
   const float eps = config_.rms_norm_eps;
 
   Tensor x = Tensor::zeros({tokens, hidden}, DType::kF32);
-  ops::embedding(weights_.embed_tokens, ids, std::sqrt(static_cast<float>(hidden)), x);
+  lookup_rows(weights_.embed_tokens, ids, std::sqrt(static_cast<float>(hidden)), x);
   Tensor ple;
   if (config_.hidden_size_per_layer_input > 0) ple = per_layer_inputs(x, ids);
 
@@ -184,7 +184,11 @@ Tensor Gemma4Model::forward(std::span<const StepRow> rows, bool all_positions) {
       Tensor expert_in = Tensor::zeros({tokens, hidden}, DType::kF32);
       ops::rms_norm(x, &w.pre_feedforward_layernorm_2, eps, expert_in);
       Tensor expert_out = Tensor::zeros({tokens, hidden}, DType::kF32);
-      ops::moe_experts(expert_in, experts, weights, w.experts_gate_up, w.experts_down, expert_out);
+      if (w.experts_down.is_quantized())
+        ops::quantized_moe_experts(expert_in, experts, weights, w.experts_gate.quantized, w.experts_up.quantized,
+                                   w.experts_down.quantized, expert_out);
+      else
+        ops::moe_experts(expert_in, experts, weights, w.experts_gate_up.dense, w.experts_down.dense, expert_out);
       ops::rms_norm(expert_out, &w.post_feedforward_layernorm_2, eps, expert_out);
       ops::add_inplace(ffn, expert_out);
     }

@@ -38,7 +38,7 @@ class Gemma4Model {
   Tensor forward(std::span<const StepRow> rows, bool all_positions = false);
 
  private:
-  Gemma4Model(Gemma4Config config, std::shared_ptr<Checkpoint> checkpoint);
+  Gemma4Model(Gemma4Config config, std::shared_ptr<Checkpoint> checkpoint, const QuantizationConfig& quantization);
   Tensor per_layer_inputs(const Tensor& embeds, std::span<const int32_t> ids) const;
   void attention_block(int layer, std::span<const KvRow> rows, const Tensor& x, Tensor& out);
   Tensor mlp_block(int layer, const Tensor& x) const;

@@ -3,6 +3,8 @@
 
 #include "lmx/core/tensor.h"
 #include "lmx/model/gemma4_config.h"
+#include "lmx/model/quantization_config.h"
+#include "lmx/model/weight.h"
 
 #include <string>
 #include <vector>
@@ -11,32 +13,38 @@ namespace lmx {
 
 class Checkpoint;
 
+// Norms and scalars are dense tensors; projections and embeddings are Weights (dense or quantized).
 struct Gemma4LayerWeights {
   Tensor input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm;
-  Tensor q_proj, k_proj, v_proj, o_proj;  // v_proj undefined on k_eq_v layers; k/v undefined on shared
+  Weight q_proj, k_proj, v_proj, o_proj;  // v_proj undefined on k_eq_v layers; k/v undefined on shared
   Tensor q_norm, k_norm;
-  Tensor gate_proj, up_proj, down_proj;  // dense MLP
+  Weight gate_proj, up_proj, down_proj;  // dense MLP
   // MoE block (when the layer has one).
-  Tensor router_proj, router_scale, router_per_expert_scale;
-  Tensor experts_gate_up;  // [E, 2I, H], gate rows first
-  Tensor experts_down;     // [E, H, I]
+  Weight router_proj;
+  Tensor router_scale, router_per_expert_scale;
+  // Experts: dense as gate_up [E, 2I, H] (gate rows first) + down [E, H, I]; quantized as MLX switch_glu
+  // stacks gate [E, I, H], up [E, I, H], down [E, H, I].
+  Weight experts_gate_up, experts_gate, experts_up, experts_down;
   Tensor pre_feedforward_layernorm_2, post_feedforward_layernorm_1, post_feedforward_layernorm_2;
   // Per-layer input (PLE).
-  Tensor per_layer_input_gate, per_layer_projection, post_per_layer_input_norm;
+  Weight per_layer_input_gate, per_layer_projection;
+  Tensor post_per_layer_input_norm;
   float layer_scalar = 1.0f;
 };
 
 struct Gemma4Weights {
-  Tensor embed_tokens;  // [V, H]; also the tied output head
-  Tensor lm_head;       // [V, H] when embeddings are not tied
-  Tensor embed_tokens_per_layer, per_layer_model_projection, per_layer_projection_norm;
+  Weight embed_tokens;  // [V, H]; also the tied output head
+  Weight lm_head;       // [V, H] when embeddings are not tied
+  Weight embed_tokens_per_layer, per_layer_model_projection;
+  Tensor per_layer_projection_norm;
   Tensor norm;
   std::vector<Gemma4LayerWeights> layers;
   std::string prefix;  // the name prefix the checkpoint uses ("model.", "model.language_model.", ...)
 
   // Binds every tensor the config requires, checking its shape; unused extra tensors (vision and
   // audio towers) are ignored. Errors name the checkpoint and the tensor.
-  static Gemma4Weights bind(const Checkpoint& checkpoint, const Gemma4Config& config);
+  static Gemma4Weights bind(const Checkpoint& checkpoint, const Gemma4Config& config,
+                            const QuantizationConfig& quantization);
 };
 
 }  // namespace lmx

@@ -5,13 +5,15 @@
 #include "lmx/core/half.h"
 #include "lmx/core/mapped_file.h"
 #include "lmx/core/thread_pool.h"
-#include "lmx/io/safetensors.h"
+#include "lmx/io/sharded_writer.h"
+#include "lmx/model/convert.h"
 #include "lmx/model/gemma4_config.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 namespace lmx {
 namespace {
@@ -176,41 +178,30 @@ nlohmann::json gemma4_preset_config(const std::string& name) {
 }
 
 void write_synthetic_gemma4(const nlohmann::json& config_json, const std::string& out_dir, uint64_t seed,
-                            size_t shard_bytes) {
+                            const QuantizeOptions* quantize, size_t shard_bytes) {
   Gemma4Config config = Gemma4Config::from_json(config_json, config_json, "synthetic config");
   std::filesystem::create_directories(out_dir);
-  write_text_file(out_dir + "/config.json", config_json.dump(2) + "\n");
   nlohmann::json generation = {{"bos_token_id", 2}, {"eos_token_id", {1, 106}}, {"pad_token_id", 0}};
   write_text_file(out_dir + "/generation_config.json", generation.dump(2) + "\n");
 
-  std::vector<TensorPlan> plan = plan_tensors(config);
-  // Group tensors into shards of at most shard_bytes (a larger tensor gets a shard of its own).
-  std::vector<std::vector<size_t>> shards(1);
-  size_t current = 0;
+  ShardedWriter shards(out_dir, shard_bytes);
+  std::optional<QuantizingWriter> quantizer;
+  if (quantize) quantizer.emplace(shards, *quantize);
+  const std::vector<TensorPlan> plan = plan_tensors(config);
   for (size_t i = 0; i < plan.size(); ++i) {
-    size_t bytes = static_cast<size_t>(shape_numel(plan[i].shape)) * 2;
-    if (current > 0 && current + bytes > shard_bytes) {
-      shards.emplace_back();
-      current = 0;
-    }
-    shards.back().push_back(i);
-    current += bytes;
+    Tensor t = fill(plan[i], seed * 1000003ull + i);
+    if (quantizer)
+      quantizer->add(plan[i].name, t);
+    else
+      shards.add(plan[i].name, std::move(t));
   }
-  nlohmann::json weight_map = nlohmann::json::object();
-  for (size_t s = 0; s < shards.size(); ++s) {
-    std::string file = shards.size() == 1 ? "model.safetensors"
-                                          : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (size_t i : shards[s]) {
-      tensors.emplace_back(plan[i].name, fill(plan[i], seed * 1000003ull + i));
-      weight_map[plan[i].name] = file;
-    }
-    write_safetensors(out_dir + "/" + file, tensors, {{"format", "pt"}});
+  shards.finish();
+  nlohmann::json written = config_json;
+  if (quantizer) {
+    written["quantization"] = quantizer->quantization_block();
+    written["quantization_config"] = written["quantization"];
   }
-  if (shards.size() > 1) {
-    nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}};
-    write_text_file(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");
-  }
+  write_text_file(out_dir + "/config.json", written.dump(2) + "\n");
 }
 
 }  // namespace lmx

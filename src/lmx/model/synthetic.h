@@ -9,6 +9,8 @@
 
 namespace lmx {
 
+struct QuantizeOptions;
+
 // Names accepted by gemma4_preset_config.
 std::vector<std::string> gemma4_preset_names();
 // The config.json (Gemma4ForCausalLM text export) of a named preset with the released shapes:
@@ -18,7 +20,8 @@ nlohmann::json gemma4_preset_config(const std::string& name);
 // Writes config.json, generation_config.json and sharded bf16 safetensors (≤ shard_bytes each, with
 // model.safetensors.index.json) holding seeded uniform random weights scaled so activations stay
 // O(1): linear weights U(±sqrt(3 / fan_in)), norm weights and scalars near 1. Deterministic in seed.
+// With `quantize`, matrices are MLX affine-quantized as `lmx convert` would (config gets the block).
 void write_synthetic_gemma4(const nlohmann::json& config, const std::string& out_dir, uint64_t seed,
-                            size_t shard_bytes = size_t{2} << 30);
+                            const QuantizeOptions* quantize = nullptr, size_t shard_bytes = size_t{2} << 30);
 
 }  // namespace lmx

@@ -39,7 +39,9 @@ void check_chunks(const KvLayerSpec& spec, const std::vector<int64_t>& chunks) {
     EXPECT_LE(test::max_abs_diff(out, expected), 1e-5f) << "after " << done << " + " << c;
     KvCache::commit({&row, 1});
     done += c;
-    if (spec.sliding_window > 0) EXPECT_LE(seq->stored_tokens(0), spec.sliding_window - 1 + c);
+    if (spec.sliding_window > 0) {
+      EXPECT_LE(seq->stored_tokens(0), spec.sliding_window - 1 + c);
+    }
   }
   EXPECT_EQ(seq->length(), total);
 }

@@ -1,8 +1,15 @@
-// Internal CPU kernels behind ops.h: runtime-dispatched SIMD (Highway) entry points and the threaded
-// linear driver shared by linear and moe_experts. Not part of the public op set.
+// Internal CPU kernels behind ops.h and quantized.h: runtime-dispatched SIMD (Highway) entry points and
+// the threaded linear drivers shared by linear, moe_experts and their quantized forms. Not public.
 #pragma once
 
+#include "lmx/core/dtype.h"
+
 #include <cstdint>
+#include <vector>
+
+namespace lmx::ops {
+struct QuantizedWeight;
+}
 
 namespace lmx::ops::cpu {
 
@@ -43,5 +50,67 @@ void linear_threaded(const LinearArgs& args, int64_t m, int64_t n);
 float dot(const float* a, const float* b, int64_t n);
 // y[i] += alpha * x[i].
 void axpy(float alpha, const float* x, float* y, int64_t n);
+
+// ---- MLX affine-quantized weights (quantized_*.cpp) ----------------------------------------------------
+
+// One [N, K] matrix in MLX affine layout as raw pointers (for a stack: one expert's slice). Row n's codes
+// are the K*bits/32 words at codes + n * words_per_row(); its K/group_size scales and biases start at
+// element n * groups_per_row() of `scales` / `biases` (dtype scale_dtype: F32, BF16 or F16).
+struct QuantizedMatrix {
+  const uint32_t* codes = nullptr;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  DType scale_dtype = DType::kBF16;
+  int bits = 0, group_size = 0;
+  int64_t k = 0;
+  int64_t words_per_row() const { return k * bits / 32; }
+  int64_t groups_per_row() const { return k / group_size; }
+};
+
+// out[m, n] = Σ_k x[m, k] * w[n, k] with w = fma(scale, q, bias) (see ops/quantized.h for the contract).
+// x rows hold the K columns in the kernels' column order for w.bits: the natural order, or (when
+// quantized_reorders_columns) the rows written by quantized_prepare_x.
+struct QuantizedLinearArgs {
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  QuantizedMatrix w;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Whether the kernels for `bits` visit columns in another order than the natural one, under the SIMD
+// target chosen at start-up (4-bit: per block of 2L columns, the L even columns then the L odd ones).
+bool quantized_reorders_columns(int bits);
+// Writes `rows` rows of k floats (row stride x_stride) into out (row stride k) in the column order of the
+// kernels for `bits`. The same permutation applied to any two rows preserves their dot product's terms.
+void quantized_prepare_x(const float* x, int64_t x_stride, int64_t rows, int64_t k, int bits, float* out);
+
+// Computes the block out[m0:m1, n0:n1] on the calling thread. Reduction order contract: out[m, n]
+// accumulates x[m, k] * w[n, k] into one vector of L f32 lanes by FMA, column at position p of the
+// kernel order landing in lane p % L, positions in increasing order, then one fixed horizontal sum — so
+// it depends only on K, bits and the target, never on the block bounds or on the other rows.
+void quantized_linear_block(const QuantizedLinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+// Work split for quantized_linear_block over out[0:m, 0:n] (as LinearTiling).
+LinearTiling quantized_linear_tiling(int64_t m, int64_t n);
+// out[0:m, 0:n] over the default thread pool.
+void quantized_linear_threaded(const QuantizedLinearArgs& args, int64_t m, int64_t n);
+
+// Checks w (a valid affine triple of rank `ndim`, contiguous) and returns its raw view (for a stack, of
+// all experts: see expert_matrix). InvalidArgument naming `op` and `what` otherwise.
+QuantizedMatrix quantized_matrix(const QuantizedWeight& w, int ndim, const char* op, const char* what);
+// Expert `expert`'s [rows_per_expert, K] slice of a stack viewed by quantized_matrix.
+QuantizedMatrix expert_matrix(const QuantizedMatrix& stack, int64_t rows_per_expert, int64_t expert);
+
+// Rows of x in the column order of the kernels for some bits: x itself when that order is natural,
+// else a reordered copy owned by `buffer`.
+struct PreparedRows {
+  const float* data = nullptr;
+  int64_t stride = 0;
+  std::vector<float> buffer;
+};
+PreparedRows prepare_rows(const float* x, int64_t x_stride, int64_t rows, int64_t k, int bits);
+
+// Row `row` of w dequantized into out[0:k] in the natural column order: out[j] = fma(scale, q, bias) * mul.
+void quantized_dequantize_row(const QuantizedMatrix& w, int64_t row, float mul, float* out);
 
 }  // namespace lmx::ops::cpu

@@ -1,0 +1,234 @@
+// Benchmark of the MLX affine-quantized kernels: quantized_linear as GEMV (decode, M = 1) in GB/s of
+// weight bytes read (codes + scales + biases) against the machine's measured read bandwidth, and as
+// GEMM (prefill, M = 64) in GFLOP/s. Prints a table; asserts nothing.
+//
+// Usage: bench_quant_bench [threads]   (0 or absent = hardware concurrency)
+// "hot" rows reuse one weight (it may sit in the last-level cache); "cold" rows rotate over enough
+// distinct copies (≥ 1 GiB) that every call streams its weights from DRAM.
+#include "lmx/core/half.h"
+#include "lmx/core/tensor.h"
+#include "lmx/core/thread_pool.h"
+#include "lmx/ops/ops.h"
+#include "lmx/ops/quantized.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Best-of-`reps` seconds per call of fn, after one warm-up call; each rep runs fn `inner` times.
+template <typename Fn>
+double best_seconds(int reps, int inner, Fn fn) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < inner; ++i) fn();
+    best = std::min(best, seconds_since(start) / inner);
+  }
+  return best;
+}
+
+// ---- Memory read bandwidth ------------------------------------------------------------------------------
+
+using Line = uint64_t __attribute__((vector_size(64)));  // one 64-byte cache line
+
+// Sums `lines` cache lines as `streams` interleaved independent streams (stream s covers the s-th
+// contiguous part), each with its own accumulator: enough misses in flight, nothing else to wait on.
+template <int kStreams>
+__attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t sum_lines(const Line* p,
+                                                                                int64_t lines) {
+  const int64_t per = lines / kStreams;
+  Line acc[kStreams] = {};
+  for (int64_t i = 0; i < per; ++i)
+    for (int s = 0; s < kStreams; ++s) acc[s] += p[s * per + i];
+  uint64_t sum = 0;
+  for (int s = 0; s < kStreams; ++s)
+    for (int j = 0; j < 8; ++j) sum += acc[s][j];
+  return sum;
+}
+
+struct Bandwidth {
+  double gbs;
+  int threads, streams;
+};
+
+// Best read bandwidth over thread counts 1, 2, 4, .., max_threads and 4/8/16 streams per thread, each
+// the best of `reps` passes over a 1 GiB buffer (far larger than the last-level cache), each thread
+// summing its own slice.
+Bandwidth read_bandwidth(int max_threads, int reps) {
+  const int64_t bytes = int64_t{1} << 30;
+  const int64_t lines = bytes / 64;
+  Line* buffer = static_cast<Line*>(std::aligned_alloc(64, static_cast<size_t>(bytes)));
+  std::memset(buffer, 1, static_cast<size_t>(bytes));
+  std::atomic<uint64_t> sink{0};
+  Bandwidth best{0, 0, 0};
+  std::vector<int> thread_counts;
+  for (int t = 1; t < max_threads; t *= 2) thread_counts.push_back(t);
+  thread_counts.push_back(max_threads);
+  for (int threads : thread_counts)
+    for (int streams : {4, 8, 16}) {
+      double fastest = 1e30;
+      for (int r = 0; r < reps; ++r) {
+        const auto start = Clock::now();
+        std::vector<std::thread> pool;
+        const int64_t per_thread = lines / threads;
+        for (int t = 0; t < threads; ++t)
+          pool.emplace_back([&, t] {
+            const Line* p = buffer + t * per_thread;
+            const uint64_t s = streams == 4   ? sum_lines<4>(p, per_thread)
+                               : streams == 8 ? sum_lines<8>(p, per_thread)
+                                              : sum_lines<16>(p, per_thread);
+            sink += s;
+          });
+        for (auto& th : pool) th.join();
+        fastest = std::min(fastest, seconds_since(start));
+      }
+      const double gbs = static_cast<double>(lines / threads * threads * 64) / fastest / 1e9;
+      fmt::print("  read bandwidth: {} thread(s) × {:>2} streams: {:6.1f} GB/s\n", threads, streams, gbs);
+      if (gbs > best.gbs) best = {gbs, threads, streams};
+    }
+  std::free(buffer);
+  if (sink.load() == 42) fmt::print("");  // keeps the sums observable
+  return best;
+}
+
+// ---- Quantized weights ----------------------------------------------------------------------------------
+
+// A [n, k] weight with random codes and bf16 scales/biases (values of a typical checkpoint's magnitude).
+lmx::ops::QuantizedWeight random_weight(int64_t n, int64_t k, int bits, int group, uint64_t seed) {
+  lmx::ops::QuantizedWeight w;
+  w.bits = bits;
+  w.group_size = group;
+  w.codes = lmx::Tensor::zeros({n, k * bits / 32}, lmx::DType::kU32);
+  w.scales = lmx::Tensor::zeros({n, k / group}, lmx::DType::kBF16);
+  w.biases = lmx::Tensor::zeros({n, k / group}, lmx::DType::kBF16);
+  uint32_t* codes = w.codes.data<uint32_t>();
+  auto* scales = static_cast<uint16_t*>(w.scales.raw_data());
+  auto* biases = static_cast<uint16_t*>(w.biases.raw_data());
+  const int64_t words = w.codes.numel(), groups = w.scales.numel();
+  lmx::parallel_for(words, 1 << 20, [&](int64_t b, int64_t e) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(b) + 1;
+    for (int64_t i = b; i < e; ++i) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      codes[i] = static_cast<uint32_t>(s);
+    }
+  });
+  for (int64_t g = 0; g < groups; ++g) {
+    scales[g] = lmx::f32_to_bf16(0.002f * static_cast<float>(1 + g % 7));
+    biases[g] = lmx::f32_to_bf16(-0.01f * static_cast<float>(1 + g % 5));
+  }
+  return w;
+}
+
+lmx::Tensor random_x(int64_t m, int64_t k) {
+  lmx::Tensor x = lmx::Tensor::zeros({m, k}, lmx::DType::kF32);
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < m * k; ++i) p[i] = static_cast<float>((i * 7919) % 2001 - 1000) * 1e-3f;
+  return x;
+}
+
+struct Row {
+  std::string name;
+  double us_per_call, weight_gbs, gflops;
+};
+
+// Times out = x · dequant(w)ᵀ for one shape. cold: rotate over copies totalling ≥ 1 GiB.
+Row time_quantized(int64_t m, int64_t n, int64_t k, int bits, int group, bool cold) {
+  const lmx::ops::QuantizedWeight first = random_weight(n, k, bits, group, 1);
+  const size_t weight_bytes = first.bytes();
+  const int copies =
+      cold ? static_cast<int>(std::max<size_t>(2, ((size_t{1} << 30) + weight_bytes - 1) / weight_bytes)) : 1;
+  std::vector<lmx::ops::QuantizedWeight> weights{first};
+  for (int c = 1; c < copies; ++c)
+    weights.push_back(random_weight(n, k, bits, group, static_cast<uint64_t>(c + 1)));
+  const lmx::Tensor x = random_x(m, k);
+  lmx::Tensor out = lmx::Tensor::zeros({m, n}, lmx::DType::kF32);
+  size_t next = 0;
+  const auto probe = Clock::now();
+  lmx::ops::quantized_linear(x, weights[0], out);
+  const double one = std::max(seconds_since(probe), 1e-6);
+  const int inner = std::max(1, static_cast<int>(0.2 / one));  // ~0.2 s per rep
+  const double s = best_seconds(5, inner, [&] {
+    lmx::ops::quantized_linear(x, weights[next], out);
+    next = (next + 1) % weights.size();
+  });
+  const std::string name =
+      fmt::format("q{} g{} M={} N={} K={} {}", bits, group, m, n, k, cold ? "cold" : "hot");
+  return {name, s * 1e6, static_cast<double>(weight_bytes) / s / 1e9,
+          2.0 * static_cast<double>(m * n * k) / s / 1e9};
+}
+
+// Dense bf16 GEMV for comparison (same protocol).
+Row time_dense_bf16(int64_t n, int64_t k, bool cold) {
+  const size_t weight_bytes = static_cast<size_t>(n * k) * 2;
+  const int copies =
+      cold ? static_cast<int>(std::max<size_t>(2, ((size_t{1} << 30) + weight_bytes - 1) / weight_bytes)) : 1;
+  std::vector<lmx::Tensor> weights;
+  for (int c = 0; c < copies; ++c) {
+    lmx::Tensor w = lmx::Tensor::zeros({n, k}, lmx::DType::kBF16);
+    auto* p = static_cast<uint16_t*>(w.raw_data());
+    for (int64_t i = 0; i < n * k; ++i)
+      p[i] = lmx::f32_to_bf16(static_cast<float>((i + c) % 97 - 48) * 1e-3f);
+    weights.push_back(w);
+  }
+  const lmx::Tensor x = random_x(1, k);
+  lmx::Tensor out = lmx::Tensor::zeros({1, n}, lmx::DType::kF32);
+  size_t next = 0;
+  const double s = best_seconds(5, 20, [&] {
+    lmx::ops::linear(x, weights[next], out);
+    next = (next + 1) % weights.size();
+  });
+  return {fmt::format("dense bf16 M=1 N={} K={} {}", n, k, cold ? "cold" : "hot"), s * 1e6,
+          static_cast<double>(weight_bytes) / s / 1e9, 2.0 * static_cast<double>(n * k) / s / 1e9};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 0;
+  lmx::set_default_threads(threads);
+  const int pool_threads = lmx::default_pool().threads();
+  fmt::print("lmx quant bench: {} threads ({} hardware)\n\n", pool_threads,
+             std::thread::hardware_concurrency());
+
+  const Bandwidth bw = read_bandwidth(pool_threads, 5);
+  fmt::print(
+      "memory read bandwidth (best of 5 passes over 1 GiB): {:.1f} GB/s ({} thread(s) × {} streams)\n\n",
+      bw.gbs, bw.threads, bw.streams);
+
+  std::vector<Row> rows;
+  for (int bits : {4, 8})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {8192, 4096}, {14336, 4096}})
+      for (bool cold : {false, true}) rows.push_back(time_quantized(1, n, k, bits, 64, cold));
+  rows.push_back(time_quantized(1, 4096, 14336, 4, 64, true));
+  rows.push_back(time_quantized(1, 4096, 4096, 4, 32, true));
+  rows.push_back(time_quantized(1, 4096, 4096, 3, 64, true));
+  rows.push_back(time_quantized(1, 4096, 4096, 6, 64, true));
+  rows.push_back(time_quantized(4, 4096, 4096, 4, 64, true));
+  rows.push_back(time_dense_bf16(4096, 4096, true));
+  for (int bits : {4, 8}) rows.push_back(time_quantized(64, 4096, 4096, bits, 64, false));
+  rows.push_back(time_quantized(64, 4096, 4096, 4, 32, false));
+  rows.push_back(time_quantized(256, 4096, 4096, 4, 64, false));
+
+  fmt::print("{:<40} {:>11} {:>14} {:>9} {:>9}\n", "op", "us/call", "weights GB/s", "% of BW", "GFLOP/s");
+  for (const Row& r : rows)
+    fmt::print("{:<40} {:>11.1f} {:>14.1f} {:>8.0f}% {:>9.1f}\n", r.name, r.us_per_call, r.weight_gbs,
+               100.0 * r.weight_gbs / bw.gbs, r.gflops);
+  return 0;
+}

@@ -1,0 +1,32 @@
+// A projection or embedding weight as the checkpoint stores it: dense (f32/bf16) or MLX affine-quantized.
+#pragma once
+
+#include "lmx/core/tensor.h"
+#include "lmx/ops/quantized.h"
+
+#include <cstdint>
+#include <span>
+
+namespace lmx {
+
+struct Weight {
+  Tensor dense;                     // [N, K] (or [E, N, K]) f32/bf16 when not quantized
+  ops::QuantizedWeight quantized;   // MLX layout when quantized.bits > 0
+
+  bool defined() const { return dense.defined() || quantized.bits > 0; }
+  bool is_quantized() const { return quantized.bits > 0; }
+  // Output and input features of one matrix (last two dims).
+  int64_t rows() const;
+  int64_t cols() const;
+  // Bytes stored (codes + scales + biases when quantized).
+  size_t bytes() const;
+  // Bytes read to fetch one row (an embedding lookup).
+  size_t row_bytes() const;
+};
+
+// x [M, K] f32 → [M, N] f32 through either representation (same batch-invariance contract).
+Tensor apply_linear(const Tensor& x, const Weight& w);
+// out [T, D] = table[ids] · scale for a dense or quantized [V, D] table.
+void lookup_rows(const Weight& table, std::span<const int32_t> ids, float scale, Tensor& out);
+
+}  // namespace lmx

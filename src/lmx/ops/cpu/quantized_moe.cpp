@@ -1,0 +1,179 @@
+// quantized_moe_experts: MoE expert dispatch over MLX affine-quantized switch_glu stacks (gate, up, down).
+#include "lmx/core/thread_pool.h"
+#include "lmx/ops/cpu/checks.h"
+#include "lmx/ops/cpu/kernels.h"
+#include "lmx/ops/quantized.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace lmx::ops {
+namespace {
+
+constexpr float kGeluBeta = 0.7978845608028654f;
+constexpr float kGeluKappa = 0.044715f;
+
+// Same formula and operation order as ops::gelu_tanh (and ops::moe_experts).
+inline float gelu_tanh_scalar(float x) {
+  const float cube = x * x * x;
+  const float inner = kGeluBeta * (x + kGeluKappa * cube);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+// One block of one expert's projection: rows [m0, m1) of its gathered tokens, outputs [n0, n1).
+struct ExpertTask {
+  int projection;  // index into the call's projections
+  int64_t expert, m0, m1, n0, n1;
+};
+
+// A projection run for every expert with tokens: x rows (gathered, kernel order), weights, output rows.
+struct Projection {
+  const float* x;
+  int64_t x_stride;
+  cpu::QuantizedMatrix stack;
+  int64_t n;  // output rows per expert
+  float* out;
+  int64_t out_stride;
+};
+
+}  // namespace
+
+void quantized_moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights,
+                           const QuantizedWeight& gate, const QuantizedWeight& up,
+                           const QuantizedWeight& down, Tensor& out) {
+  constexpr const char* kOp = "quantized_moe_experts";
+  const cpu::QuantizedMatrix gate_m = cpu::quantized_matrix(gate, 3, kOp, "gate");
+  const cpu::QuantizedMatrix up_m = cpu::quantized_matrix(up, 3, kOp, "up");
+  const cpu::QuantizedMatrix down_m = cpu::quantized_matrix(down, 3, kOp, "down");
+  cpu::require_dtype(x, DType::kF32, kOp, "x");
+  cpu::require_dtype(experts, DType::kI32, kOp, "experts");
+  cpu::require_dtype(weights, DType::kF32, kOp, "weights");
+  require<InvalidArgument>(x.ndim() == 2, "quantized_moe_experts: x must be [T, H], got {}",
+                           shape_string(x.shape()));
+  const cpu::RowView xv = cpu::row_view(x, kOp, "x");
+  const int64_t tokens = xv.rows, hidden = xv.cols;
+  require<InvalidArgument>(
+      experts.ndim() == 2 && experts.dim(0) == tokens && experts.is_contiguous() &&
+          weights.shape() == experts.shape() && weights.is_contiguous(),
+      "quantized_moe_experts: experts {} and weights {} must both be contiguous [T={}, k]",
+      shape_string(experts.shape()), shape_string(weights.shape()), tokens);
+  const int64_t num_experts = gate.codes.dim(0), inter = gate.rows();
+  require<InvalidArgument>(
+      gate_m.k == hidden && up.codes.dim(0) == num_experts && up.rows() == inter && up_m.k == hidden,
+      "quantized_moe_experts: gate [E={}, I={}, K={}] and up [{}, {}, K={}] must both be "
+      "[E, I, H={}]",
+      num_experts, inter, gate_m.k, up.codes.dim(0), up.rows(), up_m.k, hidden);
+  require<InvalidArgument>(down.codes.dim(0) == num_experts && down.rows() == hidden && down_m.k == inter,
+                           "quantized_moe_experts: down [E={}, N={}, K={}] must be [E={}, H={}, I={}]",
+                           down.codes.dim(0), down.rows(), down_m.k, num_experts, hidden, inter);
+  const int64_t top_k = experts.dim(1);
+  const int32_t* ex = experts.data<int32_t>();
+  const float* wt = weights.data<float>();
+  for (int64_t i = 0; i < tokens * top_k; ++i)
+    require<InvalidArgument>(ex[i] >= 0 && ex[i] < num_experts,
+                             "quantized_moe_experts: expert id {} (token {}, slot {}) outside [0, {})", ex[i],
+                             i / top_k, i % top_k, num_experts);
+  cpu::prepare_out(out, {tokens, hidden}, DType::kF32, kOp);
+  float* o = out.data<float>();
+  const int64_t slots = tokens * top_k;
+  if (slots == 0) {
+    std::fill(o, o + tokens * hidden, 0.0f);
+    return;
+  }
+
+  // Group the (token, slot) pairs by expert: rows [start[e], start[e+1]) of the gathered buffers
+  // belong to expert e, in increasing (token, slot) order; row_of[t * k + j] is the pair's row.
+  std::vector<int64_t> start(static_cast<size_t>(num_experts + 1), 0);
+  for (int64_t i = 0; i < slots; ++i) ++start[static_cast<size_t>(ex[i]) + 1];
+  for (int64_t e = 0; e < num_experts; ++e)
+    start[static_cast<size_t>(e + 1)] += start[static_cast<size_t>(e)];
+  std::vector<int64_t> row_of(static_cast<size_t>(slots));
+  {
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < slots; ++i) row_of[static_cast<size_t>(i)] = fill[static_cast<size_t>(ex[i])]++;
+  }
+  std::vector<float> gathered(static_cast<size_t>(slots * hidden));
+  parallel_for(slots, std::max<int64_t>(1, 16384 / hidden), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      std::copy_n(xv.row<const float>(i / top_k), hidden,
+                  gathered.data() + row_of[static_cast<size_t>(i)] * hidden);
+  });
+
+  // Runs projections for every expert with tokens: the tasks of all experts (and projections) share
+  // one parallel loop, so each expert's weights are read once; every value is a quantized_linear_block
+  // value, so a row's result does not depend on the other rows of its expert.
+  auto run = [&](const std::vector<Projection>& projections) {
+    std::vector<ExpertTask> tasks;
+    for (int p = 0; p < static_cast<int>(projections.size()); ++p)
+      for (int64_t e = 0; e < num_experts; ++e) {
+        const int64_t rows = start[static_cast<size_t>(e + 1)] - start[static_cast<size_t>(e)];
+        if (rows == 0) continue;
+        const cpu::LinearTiling tiling =
+            cpu::quantized_linear_tiling(rows, projections[static_cast<size_t>(p)].n);
+        for (int64_t t = 0; t < tiling.tasks(); ++t) {
+          ExpertTask task{p, e, 0, 0, 0, 0};
+          tiling.block(t, task.m0, task.m1, task.n0, task.n1);
+          tasks.push_back(task);
+        }
+      }
+    parallel_for(static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const ExpertTask& task = tasks[static_cast<size_t>(i)];
+        const Projection& p = projections[static_cast<size_t>(task.projection)];
+        const int64_t row0 = start[static_cast<size_t>(task.expert)];
+        cpu::QuantizedLinearArgs a;
+        a.x = p.x + row0 * p.x_stride;
+        a.x_stride = p.x_stride;
+        a.w = cpu::expert_matrix(p.stack, p.n, task.expert);
+        a.out = p.out + row0 * p.out_stride;
+        a.out_stride = p.out_stride;
+        cpu::quantized_linear_block(a, task.m0, task.m1, task.n0, task.n1);
+      }
+    });
+  };
+
+  // gate and up: hbuf[row, 0:I] = gate_e · gathered[row], hbuf[row, I:2I] = up_e · gathered[row].
+  std::vector<float> hbuf(static_cast<size_t>(slots * 2 * inter));
+  {
+    const cpu::PreparedRows gate_x = cpu::prepare_rows(gathered.data(), hidden, slots, hidden, gate.bits);
+    cpu::PreparedRows up_x;
+    const bool same_order =
+        cpu::quantized_reorders_columns(gate.bits) == cpu::quantized_reorders_columns(up.bits);
+    if (!same_order) up_x = cpu::prepare_rows(gathered.data(), hidden, slots, hidden, up.bits);
+    const cpu::PreparedRows& ux = same_order ? gate_x : up_x;
+    run({Projection{gate_x.data, gate_x.stride, gate_m, inter, hbuf.data(), 2 * inter},
+         Projection{ux.data, ux.stride, up_m, inter, hbuf.data() + inter, 2 * inter}});
+  }
+  // act = gelu_tanh(gate) * up, written over the gate half of each hbuf row.
+  parallel_for(slots, std::max<int64_t>(1, 16384 / std::max<int64_t>(inter, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   float* row = hbuf.data() + r * 2 * inter;
+                   for (int64_t c = 0; c < inter; ++c) row[c] = gelu_tanh_scalar(row[c]) * row[inter + c];
+                 }
+               });
+  // down: ybuf[row, 0:H] = down_e · act[row] (gathered is reused: same shape [slots, H]).
+  float* ybuf = gathered.data();
+  {
+    const cpu::PreparedRows act = cpu::prepare_rows(hbuf.data(), 2 * inter, slots, inter, down.bits);
+    run({Projection{act.data, act.stride, down_m, hidden, ybuf, hidden}});
+  }
+  // out[t] = Σ_j weights[t, j] * y[t, j] in slot order.
+  parallel_for(tokens, std::max<int64_t>(1, 16384 / (hidden * top_k)), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* orow = o + t * hidden;
+      std::fill(orow, orow + hidden, 0.0f);
+      for (int64_t j = 0; j < top_k; ++j) {
+        const float w = wt[t * top_k + j];
+        const float* y = ybuf + row_of[static_cast<size_t>(t * top_k + j)] * hidden;
+        for (int64_t c = 0; c < hidden; ++c) {
+          const float term = w * y[c];
+          orow[c] = orow[c] + term;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace lmx::ops

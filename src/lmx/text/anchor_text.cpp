@@ -1,2 +1,0 @@
-// placeholder so the layer library is never empty.
-namespace lmx { void layer_anchor_text() {} }

@@ -1,0 +1,42 @@
+// lmx::ChatTemplate: renders a model's chat template (Jinja) exactly as transformers' apply_chat_template
+// does.
+#include "lmx/text/chat_template.h"
+
+#include "lmx/text/jinja/json_convert.h"
+
+namespace lmx {
+
+ChatTemplate::ChatTemplate(const std::string& source, const jinja::RenderLimits& limits)
+    : template_(source), limits_(limits) {}
+
+std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
+  using jinja::Value;
+  if (!inputs.messages.is_array()) throw TemplateError("chat messages must be a JSON array");
+  if (!inputs.tools.is_null() && !inputs.tools.is_array())
+    throw TemplateError("chat tools must be null or a JSON array");
+  if (!inputs.extra.is_object()) throw TemplateError("extra template variables must be a JSON object");
+  // transformers: render(messages=..., tools=..., documents=None, add_generation_prompt=...,
+  // **special_tokens, **template_kwargs).
+  std::vector<std::pair<std::string, Value>> vars;
+  auto put = [&vars](const std::string& name, Value value) {
+    for (auto& [key, existing] : vars) {
+      if (key == name) {
+        existing = std::move(value);
+        return;
+      }
+    }
+    vars.emplace_back(name, std::move(value));
+  };
+  put("messages", jinja::value_from_json(inputs.messages));
+  put("tools", jinja::value_from_json(inputs.tools));
+  put("documents", Value::none());
+  put("add_generation_prompt", Value::boolean(inputs.add_generation_prompt));
+  if (inputs.bos_token) put("bos_token", Value::string(*inputs.bos_token));
+  if (inputs.eos_token) put("eos_token", Value::string(*inputs.eos_token));
+  if (inputs.enable_thinking) put("enable_thinking", Value::boolean(*inputs.enable_thinking));
+  for (auto it = inputs.extra.begin(); it != inputs.extra.end(); ++it)
+    put(it.key(), jinja::value_from_json(it.value()));
+  return template_.render(std::move(vars), limits_);
+}
+
+}  // namespace lmx
