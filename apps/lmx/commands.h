@@ -2,11 +2,18 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <optional>
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+namespace lmx {
+class Tokenizer;
+}
 
 namespace lmx::cli {
 
@@ -21,9 +28,22 @@ Verb add_logits(CLI::App& app);
 Verb add_synth(CLI::App& app);
 Verb add_bench(CLI::App& app);
 Verb add_convert(CLI::App& app);
+Verb add_tokenize(CLI::App& app);
+Verb add_detokenize(CLI::App& app);
+Verb add_template(CLI::App& app);
+Verb add_chat(CLI::App& app);  // TEMP-CHAT
 
 // Parses "2,105,7" into token ids; throws InvalidArgument naming the bad item.
 std::vector<int32_t> parse_ids(const std::string& csv);
+// Renders messages through the tokenizer's chat template with its BOS/EOS strings.
+std::string render_chat(const Tokenizer& tokenizer, const nlohmann::ordered_json& messages,
+                        const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                        std::optional<bool> enable_thinking);
+// The bundled demo model directory (models/demo beside the working directory, the binary or the
+// source tree); InvalidArgument when none exists.
+std::string default_model_dir();
+// `model` when given, else default_model_dir().
+std::string model_or_default(const std::string& model);
 // Applies --threads (0 = all cores).
 void apply_threads(int threads);
 

@@ -5,6 +5,8 @@
 #include "lmx/core/thread_pool.h"
 
 #include <charconv>
+#include <filesystem>
+#include <unistd.h>
 
 namespace lmx::cli {
 
@@ -26,6 +28,23 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
   }
   return ids;
 }
+
+std::string default_model_dir() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates = {"models/demo"};
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "models/demo");
+    candidates.push_back(exe.parent_path().parent_path().parent_path() / "models/demo");  // build/<preset>/lmx
+  }
+  candidates.push_back(fs::path(LMX_SOURCE_DIR) / "models/demo");
+  for (const auto& c : candidates)
+    if (fs::exists(c / "config.json", ec)) return c.lexically_normal().string();
+  throw InvalidArgument("no --model given and the bundled demo model (models/demo) was not found; pass --model DIR");
+}
+
+std::string model_or_default(const std::string& model) { return model.empty() ? default_model_dir() : model; }
 
 void apply_threads(int threads) {
   require<InvalidArgument>(threads >= 0 && threads <= 1024, "--threads {} out of range", threads);

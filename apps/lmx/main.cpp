@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   std::vector<lmx::cli::Verb> verbs = {lmx::cli::add_generate(app), lmx::cli::add_logits(app),
                                        lmx::cli::add_synth(app), lmx::cli::add_bench(app),
-                                       lmx::cli::add_convert(app)};
+                                       lmx::cli::add_convert(app),  lmx::cli::add_tokenize(app),
+                                       lmx::cli::add_detokenize(app), lmx::cli::add_template(app), lmx::cli::add_chat(app) /*TEMP-CHAT*/};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,12 +1,11 @@
 // The lmx CLI's exact interfaces (generate, logits, synth, bench) run as a real process, and its
 // errors on bad input: a message on stderr and a non-zero exit, never a crash.
 #include "lmx/io/safetensors.h"
+#include "cli/run_lmx.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -16,23 +15,8 @@
 namespace lmx {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-RunResult run_lmx(const std::string& args) {
-  std::string command = std::string(LMX_BINARY_DIR) + "/lmx " + args + " 2>&1";
-  RunResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+using test::run_lmx;
+using test::RunResult;
 
 std::string tiny(const std::string& name) { return test::source_path("tests/data/models/" + name); }
 

@@ -18,7 +18,10 @@ namespace fs = std::filesystem;
 
 constexpr float kLogitTolerance = 1e-3f;
 
-std::string model_dir(const std::string& name) { return test::source_path("tests/data/models/" + name); }
+// A parameter is a tiny reference model's name under tests/data/models, or a path from the source root.
+std::string model_dir(const std::string& name) {
+  return test::source_path(name.find('/') == std::string::npos ? "tests/data/models/" + name : name);
+}
 
 struct Golden {
   std::vector<int32_t> prompt;
@@ -121,10 +124,11 @@ TEST_P(Parity, OtherCheckpointNamings) {
 // module left bf16) against transformers run on their dequantized weights.
 INSTANTIATE_TEST_SUITE_P(ReferenceModels, Parity,
                          ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4", "tiny-26b-moe-q4",
-                                           "tiny-31b-q4"),
+                                           "tiny-31b-q4", "models/demo"),
                          [](const auto& info) {
                            std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            return n;
                          });
 
