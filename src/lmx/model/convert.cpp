@@ -10,7 +10,9 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 
 namespace lmx {
@@ -35,6 +37,36 @@ int parse_int(const std::string& text, const std::string& what) {
 // Matrices quantized as modules: every 2-D or 3-D ".weight" except norms (norm weights are 1-D).
 bool is_quantizable_matrix(const std::string& name, const Tensor& t) {
   return ends_with(name, ".weight") && (t.ndim() == 2 || t.ndim() == 3) && is_floating(t.dtype());
+}
+
+// quantize_affine over slices of the leading dimension, so a large table (the PLE embedding holds
+// billions of values) never needs an f32 copy of itself. Identical to quantizing it whole: groups
+// run along the last dimension and never cross rows.
+quant::AffineQuantized quantize_in_slices(const Tensor& weight, int bits, int group_size) {
+  constexpr int64_t kSliceValues = int64_t{1} << 24;
+  const int64_t rows = weight.dim(0), per_row = weight.numel() / std::max<int64_t>(rows, 1);
+  const int64_t step = std::max<int64_t>(1, kSliceValues / std::max<int64_t>(per_row, 1));
+  if (step >= rows) return quant::quantize_affine(weight, bits, group_size, DType::kBF16);
+  quant::AffineQuantized whole;
+  for (int64_t r = 0; r < rows; r += step) {
+    quant::AffineQuantized part =
+        quant::quantize_affine(weight.slice(0, r, std::min(rows, r + step)), bits, group_size, DType::kBF16);
+    if (!whole.codes.defined()) {
+      auto grown = [rows](const Tensor& t) {
+        Shape shape = t.shape();
+        shape[0] = rows;
+        return Tensor::zeros(shape, t.dtype());
+      };
+      whole = {grown(part.codes), grown(part.scales), grown(part.biases), part.bits, part.group_size};
+    }
+    for (auto [dst, src] : {std::pair{&whole.codes, &part.codes}, {&whole.scales, &part.scales},
+                            {&whole.biases, &part.biases}}) {
+      const size_t row_bytes = src->nbytes() / static_cast<size_t>(src->dim(0));
+      std::memcpy(static_cast<std::byte*>(dst->raw_data()) + static_cast<size_t>(r) * row_bytes, src->raw_data(),
+                  src->nbytes());
+    }
+  }
+  return whole;
 }
 
 }  // namespace
@@ -98,7 +130,7 @@ void QuantizingWriter::add_matrix(const std::string& module, const Tensor& weigh
     overrides_[module] = false;
     return;
   }
-  quant::AffineQuantized q = quant::quantize_affine(weight, bits, options_.group_size, DType::kBF16);
+  quant::AffineQuantized q = quantize_in_slices(weight, bits, options_.group_size);
   out_.add(module + ".weight", q.codes);
   out_.add(module + ".scales", q.scales);
   out_.add(module + ".biases", q.biases);
