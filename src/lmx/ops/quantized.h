@@ -4,8 +4,9 @@
 // Weight semantics: element k of row n is w = fma(scale, q, bias) in f32 (q the code, scale and bias of
 // its group widened exactly from F32/BF16/F16) — the values quant::dequantize_affine returns. The ops
 // compute with exactly these values and f32 accumulation, so they match ops::linear over the
-// dequantized matrix to f32 rounding (bit for bit when the columns are summed in the same order; see
-// quantized_linear). Argument errors are InvalidArgument naming the op, like the ops in ops.h.
+// dequantized matrix to f32 rounding (bit for bit when its columns are given in the same order; see
+// quantized_linear). On CPUs without FMA (SSE4 targets) scale * q and + bias round separately.
+// Argument errors are InvalidArgument naming the op, like the ops in ops.h.
 #pragma once
 
 #include "lmx/core/tensor.h"

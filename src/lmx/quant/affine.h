@@ -65,8 +65,8 @@ uint32_t unpack_code(std::span<const uint32_t> words, int64_t index, int bits);
 
 // Checks a stored triple: valid bits/group; codes U32 with ≥ 1 dim and a last dim D with D*32 a
 // multiple of bits, giving K = D*32/bits, a positive multiple of group_size; scales and biases F32,
-// BF16 or F16 (the same dtype), both of codes' shape with the last dim K/group_size. Throws FormatError whose
-// message starts with `what` (e.g. the tensor name) and names the offending tensor and shapes.
+// BF16 or F16 (the same dtype), both of codes' shape with the last dim K/group_size. Throws a
+// FormatError whose message starts with `what` (e.g. the tensor name) and names the tensor and shapes.
 void validate_affine(const Tensor& codes, const Tensor& scales, const Tensor& biases, int bits,
                      int group_size, const std::string& what);
 

@@ -23,7 +23,8 @@ size_t QuantizedWeight::bytes() const {
 
 namespace cpu {
 namespace {
-// Fewer x rows than this (decode): a task is kDecodeRowsPerTask weight rows × all x rows.
+// Fewer x rows than this (decode): a task is kDecodeRowsPerTask weight rows × all x rows. (The same
+// threshold as the blocks' decode/prefill switch in quantized_simd.cpp; values never depend on either.)
 constexpr int64_t kPanelMinRows = 16;
 constexpr int64_t kDecodeRowsPerTask = 32;
 // Otherwise (prefill) a task is up to kMaxRowsPerTask x rows × kPanelRowsPerTask weight rows, whose

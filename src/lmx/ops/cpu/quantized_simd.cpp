@@ -177,10 +177,11 @@ struct Unpack8 {
 };
 
 // 2, 3, 5 or 6 bits: a step is one 32-column chunk (Bits whole words), natural order, 32/L vectors.
-// Lane i of vector v is code j = v*L + i, at bit j*Bits of the chunk: its word (relative to the first
-// word the vector touches) is fetched with a table lookup, the word after it likewise for codes that
-// straddle, and the two are shifted together. The group's words are copied into a zero-padded buffer
-// first, so the vector loads never read past the codes.
+// Code j of the chunk occupies bits [j*Bits, j*Bits + Bits), inside the two bytes starting at byte
+// j*Bits/8 (its offset in the first byte plus Bits is at most 14). Per vector, the 16 bytes from the
+// first one it needs are broadcast to every 128-bit block; a byte shuffle puts each lane's two bytes
+// at its bottom, a per-lane shift and a mask leave the code. The group's words are first copied into a
+// zero-padded buffer, so the loads never read past the codes.
 template <int Bits>
 struct UnpackBits {
   static constexpr int kLanes = HWY_LANES(float);
@@ -190,7 +191,7 @@ struct UnpackBits {
   int group_words = 0;
   int64_t col0 = 0;
   VF scale_v, bias_v;
-  HWY_ALIGN uint32_t words[kMaxGroup * 6 / 32 + 2 * kLanes] = {};
+  HWY_ALIGN uint32_t words[kMaxGroup * 6 / 32 + 8] = {};
   void init(const QuantizedMatrix& w, int64_t n) {
     row_words = w.codes + n * w.words_per_row();
     group_words = w.group_size * Bits / 32;
@@ -204,38 +205,40 @@ struct UnpackBits {
   HWY_INLINE void step(int64_t col, VF* out) const {
     const DF d;
     const DU du;
-    const uint32_t* chunk = words + (col - col0) / 32 * Bits;
+    const auto* chunk = reinterpret_cast<const uint8_t*>(words + (col - col0) / 32 * Bits);
     for (int v = 0; v < kVectors; ++v) {
       constexpr uint32_t kMask = (1u << Bits) - 1;
-      const int first_bit = v * kLanes * Bits, first_word = first_bit / 32;
+      const int first_bit = v * kLanes * Bits;
       hn::Vec<DU> code;
-      if constexpr (kLanes >= 4) {  // the words a vector touches, and the next, fit in its lanes
-        const auto bit =
-            hn::Add(hn::Mul(hn::Iota(du, 0), hn::Set(du, Bits)), hn::Set(du, first_bit - 32 * first_word));
-        const auto word = hn::ShiftRight<5>(bit);
-        const auto shift = hn::And(bit, hn::Set(du, 31));
-        const auto base = hn::LoadU(du, chunk + first_word);
-        const auto lo = hn::TableLookupLanes(base, hn::IndicesFromVec(du, word));
-        const auto hi = hn::TableLookupLanes(base, hn::IndicesFromVec(du, hn::Add(word, hn::Set(du, 1))));
-        // hi << (32 - shift) as two defined shifts (0 when shift is 0).
-        code = hn::And(hn::Or(lo >> shift, hn::ShiftLeft<1>(hi) << hn::Sub(hn::Set(du, 31), shift)),
-                       hn::Set(du, kMask));
-      } else {  // 1-lane (scalar) target
+#if HWY_TARGET != HWY_SCALAR
+      {
+        const hn::Repartition<uint8_t, DU> d8;
+        const auto bytes = hn::LoadDup128(d8, chunk + first_bit / 8);
+        // Lane i's first bit, counted from that first byte; its two bytes; its shift within them.
+        const auto bit = hn::Add(hn::Mul(hn::Iota(du, 0), hn::Set(du, Bits)), hn::Set(du, first_bit % 8));
+        const auto byte = hn::ShiftRight<3>(bit);
+        const auto select = hn::Or(byte, hn::ShiftLeft<8>(hn::Add(byte, hn::Set(du, 1))));
+        const auto window = hn::BitCast(du, hn::TableLookupBytes(bytes, hn::BitCast(d8, select)));
+        code = hn::And(window >> hn::And(bit, hn::Set(du, 7)), hn::Set(du, kMask));
+      }
+#else  // 1 lane
+      {
         HWY_ALIGN uint32_t lanes[kLanes];
         for (int i = 0; i < kLanes; ++i) {
-          const int bit = first_bit + i * Bits, word = bit / 32, shift = bit % 32;
-          lanes[i] = ((chunk[word] >> shift) | ((chunk[word + 1] << 1) << (31 - shift))) & kMask;
+          const int bit = first_bit + i * Bits;
+          lanes[i] = ((chunk[bit / 8] | static_cast<uint32_t>(chunk[bit / 8 + 1]) << 8) >> (bit % 8)) & kMask;
         }
         code = hn::Load(du, lanes);
       }
+#endif
       out[v] = hn::MulAdd(hn::ConvertTo(d, hn::BitCast(DI(), code)), scale_v, bias_v);
     }
   }
 };
 
 // Calls fn(col0, scale, bias) for each group of the column range [k0, k0 + kn) (group aligned) of rows
-// n..n+C-1, in column order: col0 is the group's first column, scale[c] and bias[c] those of row n + c
-// (widened to f32 a chunk of groups at a time).
+// n..n+C-1, in column order: col0 is the group's first column; row n + c's scale and bias (widened to
+// f32 a chunk of groups at a time) are scale[c * kGroupChunk] and bias[c * kGroupChunk].
 template <int C, typename Fn>
 HWY_INLINE void for_each_group(const QuantizedMatrix& w, int64_t n, int64_t k0, int64_t kn, Fn&& fn) {
   const int64_t groups = w.groups_per_row();
@@ -248,14 +251,7 @@ HWY_INLINE void for_each_group(const QuantizedMatrix& w, int64_t n, int64_t k0, 
       widen(w.scales, w.scale_dtype, (n + c) * groups + g0, gn, scales[c]);
       widen(w.biases, w.scale_dtype, (n + c) * groups + g0, gn, biases[c]);
     }
-    for (int64_t gi = 0; gi < gn; ++gi) {
-      float s[C], b[C];
-      for (int c = 0; c < C; ++c) {
-        s[c] = scales[c][gi];
-        b[c] = biases[c][gi];
-      }
-      fn((g0 + gi) * w.group_size, s, b);
-    }
+    for (int64_t gi = 0; gi < gn; ++gi) fn((g0 + gi) * w.group_size, &scales[0][gi], &biases[0][gi]);
   }
 }
 
@@ -283,9 +279,10 @@ HWY_NOINLINE void decode_tile(const QuantizedLinearArgs& a, int64_t m, int64_t n
   // Decode streams each weight once: the tile fetches the next tile's rows (n + C ...) as it goes, at
   // the same columns, plus their scales and biases up front, so rows as short as 2 KiB stay ahead of
   // DRAM latency (the hardware prefetchers ramp up per row).
-  const int64_t row_bytes = w.words_per_row() * 4, group_bytes = w.group_size * w.bits / 8;
+  const uint64_t row_bytes = static_cast<uint64_t>(w.words_per_row()) * 4;
+  const int64_t group_bytes = w.group_size * w.bits / 8;
   const uintptr_t next_codes =
-      reinterpret_cast<uintptr_t>(w.codes) + static_cast<uintptr_t>((n + C) * row_bytes);
+      reinterpret_cast<uintptr_t>(w.codes) + static_cast<uint64_t>(n + C) * row_bytes;
   {
     const int64_t sb_row = w.groups_per_row() * static_cast<int64_t>(dtype_size(w.scale_dtype));
     const uintptr_t offset = static_cast<uintptr_t>((n + C) * sb_row);
@@ -293,9 +290,13 @@ HWY_NOINLINE void decode_tile(const QuantizedLinearArgs& a, int64_t m, int64_t n
     prefetch_bytes(reinterpret_cast<uintptr_t>(w.biases) + offset, C * sb_row);
   }
   for_each_group<C>(w, n, 0, w.k, [&](int64_t col0, const float* s, const float* b) {
-    for (int c = 0; c < C; ++c) {
-      u[c].begin_group(col0, s[c], b[c]);
-      prefetch_bytes(next_codes + static_cast<uintptr_t>(c * row_bytes + col0 * w.bits / 8), group_bytes);
+    for (int c = 0; c < C; ++c) u[c].begin_group(col0, s[c * kGroupChunk], b[c * kGroupChunk]);
+    // The next tile's cache lines that start inside this group's bytes (none for most groups under 64 B).
+    const uint64_t first = static_cast<uint64_t>(col0) * static_cast<uint64_t>(w.bits) / 8;
+    const uint64_t line = (first + 63) / 64 * 64, end = first + static_cast<uint64_t>(group_bytes);
+    if (line < end) {
+      for (int c = 0; c < C; ++c)
+        prefetch_bytes(next_codes + c * row_bytes + line, static_cast<int64_t>(end - line));
     }
     for (int64_t col = col0; col < col0 + w.group_size; col += U::step_cols()) {
       VF xv[R][U::kVectors];
@@ -345,13 +346,13 @@ void dequantize_panel(const QuantizedMatrix& w, int64_t n0, int64_t n1, int64_t 
   for (int64_t n = n0; n < n1; ++n) {
     U u;
     u.init(w, n);
-    float* row = panel + (n - n0) * kn - k0;
+    float* row = panel + (n - n0) * kn;  // column k0 of row n
     for_each_group<1>(w, n, k0, kn, [&](int64_t col0, const float* s, const float* b) {
       u.begin_group(col0, s[0], b[0]);
       for (int64_t col = col0; col < col0 + w.group_size; col += U::step_cols()) {
         VF wv[U::kVectors];
         u.step(col, wv);
-        for (int v = 0; v < U::kVectors; ++v) hn::StoreU(wv[v], d, row + col + v * lanes);
+        for (int v = 0; v < U::kVectors; ++v) hn::StoreU(wv[v], d, row + (col - k0) + v * lanes);
       }
     });
   }
