@@ -31,7 +31,7 @@ Verb add_convert(CLI::App& app);
 Verb add_tokenize(CLI::App& app);
 Verb add_detokenize(CLI::App& app);
 Verb add_template(CLI::App& app);
-Verb add_chat(CLI::App& app);  // TEMP-CHAT
+Verb add_chat(CLI::App& app);
 
 // Parses "2,105,7" into token ids; throws InvalidArgument naming the bad item.
 std::vector<int32_t> parse_ids(const std::string& csv);

@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   std::vector<lmx::cli::Verb> verbs = {lmx::cli::add_generate(app), lmx::cli::add_logits(app),
                                        lmx::cli::add_synth(app), lmx::cli::add_bench(app),
                                        lmx::cli::add_convert(app),  lmx::cli::add_tokenize(app),
-                                       lmx::cli::add_detokenize(app), lmx::cli::add_template(app), lmx::cli::add_chat(app) /*TEMP-CHAT*/};
+                                       lmx::cli::add_detokenize(app), lmx::cli::add_template(app), lmx::cli::add_chat(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

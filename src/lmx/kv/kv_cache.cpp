@@ -33,12 +33,17 @@ size_t SequenceKv::bytes() const {
 void SequenceKv::truncate(int64_t new_length) {
   require<InvalidArgument>(new_length >= 0 && new_length <= length_, "truncate to {} of a sequence of length {}",
                            new_length, length_);
-  for (auto& l : layers_) {
-    require<InvalidArgument>(l.count == 0 || new_length >= l.first_position,
-                             "cannot rewind to {}: a sliding layer kept only tokens from {}", new_length,
-                             l.first_position);
-    l.count = std::max<int64_t>(0, std::min(l.count, new_length - l.first_position));
+  // A sliding layer must still hold every key the next query (at position new_length) can see:
+  // positions new_length - W + 1 and later.
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const auto& l = layers_[i];
+    const int window = owner_->spec(static_cast<int>(i)).sliding_window;
+    const int64_t needed_from = window > 0 ? std::max<int64_t>(0, new_length - window + 1) : 0;
+    if (l.count > 0 && l.first_position > needed_from)
+      throw InvalidArgument(fmt::format("cannot rewind to {}: layer {} kept only tokens from position {}", new_length,
+                                        i, l.first_position));
   }
+  for (auto& l : layers_) l.count = std::max<int64_t>(0, std::min(l.count, new_length - l.first_position));
   length_ = new_length;
 }
 

@@ -92,3 +92,27 @@ TEST(KvCache, RejectsMismatchedShapes) {
 
 }  // namespace
 }  // namespace lmx
+
+namespace lmx {
+namespace {
+
+// Rewinding a sliding layer is refused once the window has dropped keys the next query would see,
+// and allowed while it still holds them.
+TEST(KvCache, TruncateRespectsTheWindow) {
+  KvCache cache({{1, 4, 8}});
+  auto seq = cache.new_sequence();
+  Tensor k = test::random_tensor({26, 1, 4});
+  KvRow prefill{seq.get(), 26};
+  cache.append(0, {&prefill, 1}, k, k);
+  KvCache::commit({&prefill, 1});
+  Tensor k1 = test::random_tensor({1, 1, 4});
+  KvRow step{seq.get(), 1};
+  cache.append(0, {&step, 1}, k1, k1);  // drops keys below 26 - 8 + 1 = 19
+  KvCache::commit({&step, 1});
+  EXPECT_THROW(seq->truncate(20), InvalidArgument);  // the query at 20 needs keys from 13
+  EXPECT_NO_THROW(seq->truncate(26));                // the query at 26 needs keys from 19
+  EXPECT_EQ(seq->length(), 26);
+}
+
+}  // namespace
+}  // namespace lmx

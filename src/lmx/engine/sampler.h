@@ -1,0 +1,96 @@
+// lmx::Sampler: turns one row of logits into a token, in mlx-lm's order (REFERENCE.md §5): logit
+// processors (bias, repetition / presence / frequency penalties), log-softmax, then greedy argmax or
+// top-p → min-p → top-k filtering and a seeded categorical draw at the temperature.
+#pragma once
+
+#include "lmx/io/model_dir.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace lmx {
+
+// Sampling settings of one sequence. Defaults switch every filter and penalty off (plain sampling at
+// temperature 1); sampling_from_generation_config() gives a model's own defaults.
+struct SamplingParams {
+  float temperature = 1.0f;  // ≥ 0; 0 = greedy (argmax, the first of equal maxima)
+  float top_p = 1.0f;        // (0, 1]; 1 = off. Keeps the smallest most-probable set with mass ≥ top_p
+  int32_t top_k = 0;         // ≥ 0; 0 = off. Keeps the k most probable (ties → lower id)
+  float min_p = 0.0f;        // [0, 1); 0 = off. Keeps tokens with p ≥ min_p · p_max
+
+  // Penalties look at the last `*_context_size` tokens of the history (0 = the whole history).
+  float repetition_penalty = 1.0f;  // > 0; 1 = off. Per distinct token: logit < 0 → × p, else ÷ p
+  int32_t repetition_context_size = 20;
+  float presence_penalty = 0.0f;  // subtracted once per distinct token
+  int32_t presence_context_size = 20;
+  float frequency_penalty = 0.0f;  // subtracted once per occurrence
+  int32_t frequency_context_size = 20;
+
+  std::map<int32_t, float> logit_bias = {};  // token id → added to its logit (finite)
+
+  // The same seed, params, logits and histories give the same tokens. nullopt = a random seed.
+  std::optional<uint64_t> seed = std::nullopt;
+};
+
+// Throws InvalidArgument naming the first bad field (e.g. "sampling: top_p must be in (0, 1], got 0").
+void validate(const SamplingParams& params);
+
+// The model's defaults from generation_config.json: temperature (1 when absent; 0 when do_sample is
+// explicitly false), top_p, top_k, min_p, repetition_penalty; absent keys leave the filter off.
+// Not validated here (the Sampler validates the final settings).
+SamplingParams sampling_from_generation_config(const GenerationConfig& config);
+
+// The stages of Sampler::sample, exposed for tests and for engines that batch them. Filters work on
+// log-probabilities in place and remove a token by setting it to -inf; the most probable token always
+// survives. Token order for ties: a higher value first, then a lower id.
+namespace sampling {
+
+// logit_bias, then repetition, presence and frequency penalties, in place. Throws InvalidArgument
+// for a bias or history id outside [0, logits.size()).
+void apply_logit_processors(const SamplingParams& params, std::span<float> logits,
+                            std::span<const int32_t> history);
+// logprobs = logits − logsumexp(logits) (computed in double), written to `logprobs` (same size).
+// NaN logits count as -inf.
+void log_softmax(std::span<const float> logits, std::span<float> logprobs);
+// mlx-lm's apply_top_p: in ascending order of probability, keeps the tokens whose cumulative
+// probability (themselves included) exceeds 1 − top_p.
+void apply_top_p(std::span<float> logprobs, float top_p);
+// Keeps lp ≥ max + log(min_p).
+void apply_min_p(std::span<float> logprobs, float min_p);
+// Keeps the `top_k` largest (no-op when top_k is 0 or ≥ the size).
+void apply_top_k(std::span<float> logprobs, int32_t top_k);
+// The first index of the largest value (NaN never wins); 0 when every value is -inf or NaN.
+int32_t argmax(std::span<const float> values);
+
+}  // namespace sampling
+
+// One sequence's sampler: settings plus its random generator. Not thread-safe; one per sequence.
+class Sampler {
+ public:
+  // Throws InvalidArgument for invalid params (see validate()).
+  explicit Sampler(SamplingParams params);
+
+  const SamplingParams& params() const { return params_; }
+
+  // The next token from the logits of one position and the sequence's tokens so far (prompt and
+  // generated, oldest first; only penalties read it). Throws InvalidArgument for empty logits, a
+  // history or bias id outside the vocabulary, or when no token is left with a finite logit.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history = {});
+
+  // Log-probabilities of the last sample() call: processed (bias, penalties) but not filtered nor
+  // tempered — what a request for logprobs reports.
+  std::span<const float> last_logprobs() const { return logprobs_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<float> processed_;  // logits after the processors
+  std::vector<float> logprobs_;   // log_softmax(processed_)
+  std::vector<float> filtered_;   // logprobs_ after the filters
+};
+
+}  // namespace lmx
