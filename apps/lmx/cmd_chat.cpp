@@ -171,7 +171,7 @@ class Chat {
 
  private:
   static ChatTemplate require_template(const Tokenizer& tokenizer, const std::string& dir) {
-    require<InvalidArgument>(!tokenizer.chat_template().empty(),
+    LMX_REQUIRE(InvalidArgument, !tokenizer.chat_template().empty(),
                              "{} has no chat template (chat_template.jinja or tokenizer_config.json)", dir);
     return ChatTemplate(tokenizer.chat_template());
   }
@@ -205,9 +205,9 @@ class Chat {
       inputs.bos_token = tokenizer_.bos_token();
       inputs.eos_token = tokenizer_.eos_token();
       std::vector<int32_t> ids = tokenizer_.encode(template_.render(inputs), /*add_special_tokens=*/false);
-      require<InvalidArgument>(!ids.empty(), "the chat template rendered an empty prompt");
+      LMX_REQUIRE(InvalidArgument, !ids.empty(), "the chat template rendered an empty prompt");
       if (context_tokens_ <= 0 || static_cast<int64_t>(ids.size()) < context_tokens_) return ids;
-      require<InvalidArgument>(
+      LMX_REQUIRE(InvalidArgument, 
           messages.size() >= first_turn + 3,
           "the message is too long: its prompt has {} tokens and the model's context is {}", ids.size(),
           context_tokens_);
@@ -246,7 +246,7 @@ int run_chat(const ChatOptions& options) {
   apply_threads(options.threads);
   const std::string dir = model_or_default(options.model);
   std::error_code ec;
-  require<InvalidArgument>(std::filesystem::is_directory(dir, ec), "model directory {} does not exist", dir);
+  LMX_REQUIRE(InvalidArgument, std::filesystem::is_directory(dir, ec), "model directory {} does not exist", dir);
   Chat chat(options, dir);
   const bool interactive = ::isatty(STDIN_FILENO);
   if (interactive)

@@ -19,7 +19,7 @@ void write_npy(const std::string& path, const float* data, int64_t rows, int64_t
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  require<IoError>(static_cast<bool>(out), "cannot create {}", path);
+  LMX_REQUIRE(IoError, static_cast<bool>(out), "cannot create {}", path);
   const char magic[] = "\x93NUMPY\x01\x00";
   out.write(magic, 8);
   uint16_t len = static_cast<uint16_t>(header.size());
@@ -27,7 +27,7 @@ void write_npy(const std::string& path, const float* data, int64_t rows, int64_t
   out.put(static_cast<char>(len >> 8));
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(rows * cols * 4));
-  require<IoError>(static_cast<bool>(out), "error writing {}", path);
+  LMX_REQUIRE(IoError, static_cast<bool>(out), "error writing {}", path);
 }
 
 }  // namespace
@@ -48,7 +48,7 @@ Verb add_logits(CLI::App& app) {
   return {cmd, [opt] {
             apply_threads(opt->threads);
             std::vector<int32_t> prompt = parse_ids(opt->prompt_ids);
-            require<InvalidArgument>(!prompt.empty(), "--prompt-ids is empty");
+            LMX_REQUIRE(InvalidArgument, !prompt.empty(), "--prompt-ids is empty");
             auto model = Gemma4Model::load(opt->model);
             auto seq = model->new_sequence();
             const int64_t vocab = model->config().vocab_size, total = static_cast<int64_t>(prompt.size());

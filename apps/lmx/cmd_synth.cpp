@@ -29,7 +29,7 @@ Verb add_synth(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "Random seed");
   cmd->add_option("--quantize", opt->quantize, "MLX affine-quantize matrices: BITS[:GROUP] (e.g. 4 or 4:32)");
   return {cmd, [opt] {
-            require<InvalidArgument>(!opt->preset.empty() || !opt->config.empty(), "synth needs --preset or --config");
+            LMX_REQUIRE(InvalidArgument, !opt->preset.empty() || !opt->config.empty(), "synth needs --preset or --config");
             nlohmann::json config = opt->preset.empty() ? load_json_file(opt->config) : gemma4_preset_config(opt->preset);
             if (config.contains("text_config")) config = config["text_config"];
             auto start = std::chrono::steady_clock::now();

@@ -21,7 +21,7 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
     while (!item.empty() && item.back() == ' ') item.pop_back();
     int32_t value = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    require<InvalidArgument>(!item.empty() && ec == std::errc() && end == item.data() + item.size() && value >= 0,
+    LMX_REQUIRE(InvalidArgument, !item.empty() && ec == std::errc() && end == item.data() + item.size() && value >= 0,
                              "'{}' in the id list is not a non-negative integer token id", item);
     ids.push_back(value);
     pos = comma + 1;
@@ -47,7 +47,7 @@ std::string default_model_dir() {
 std::string model_or_default(const std::string& model) { return model.empty() ? default_model_dir() : model; }
 
 void apply_threads(int threads) {
-  require<InvalidArgument>(threads >= 0 && threads <= 1024, "--threads {} out of range", threads);
+  LMX_REQUIRE(InvalidArgument, threads >= 0 && threads <= 1024, "--threads {} out of range", threads);
   set_default_threads(threads);
 }
 

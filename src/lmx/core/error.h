@@ -45,11 +45,13 @@ class Unsupported : public Error {
   using Error::Error;
 };
 
-// Throws E with a formatted message when `cond` is false. For user-facing checks only;
-// internal impossibilities use assert.
-template <typename E, typename... Args>
-inline void require(bool cond, fmt::format_string<Args...> format, Args&&... args) {
-  if (!cond) throw E(fmt::format(format, std::forward<Args>(args)...));
-}
-
 }  // namespace lmx
+
+// Throws ErrorType (an lmx::Error) with a fmt-formatted message when `cond` is false. The message
+// arguments are evaluated only on failure, so checks on hot paths cost one branch. For user-facing
+// checks only; internal impossibilities use assert.
+#define LMX_REQUIRE(ErrorType, cond, ...)                                  \
+  do {                                                                      \
+    if (!(cond)) [[unlikely]] throw ErrorType(::fmt::format(__VA_ARGS__)); \
+  } while (0)
+

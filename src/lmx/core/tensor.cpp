@@ -58,7 +58,7 @@ Shape contiguous_strides(const Shape& shape) {
 }  // namespace
 
 Tensor Tensor::zeros(Shape shape, DType dtype) {
-  for (int64_t d : shape) require<InvalidArgument>(d >= 0, "negative dimension in {}", shape_string(shape));
+  for (int64_t d : shape) LMX_REQUIRE(InvalidArgument, d >= 0, "negative dimension in {}", shape_string(shape));
   auto storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
   return from_storage(std::move(storage), std::move(shape), dtype);
 }
@@ -66,7 +66,7 @@ Tensor Tensor::zeros(Shape shape, DType dtype) {
 Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, Shape shape, DType dtype, size_t byte_offset) {
   Tensor t;
   size_t need = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  require<InvalidArgument>(byte_offset + need <= storage->bytes(),
+  LMX_REQUIRE(InvalidArgument, byte_offset + need <= storage->bytes(),
                            "tensor {} of {} bytes does not fit storage of {} bytes at offset {}",
                            shape_string(shape), need, storage->bytes(), byte_offset);
   t.storage_ = std::move(storage);
@@ -80,26 +80,26 @@ Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, Shape shape, DType
 int64_t Tensor::dim(int d) const {
   int n = ndim();
   if (d < 0) d += n;
-  require<InvalidArgument>(d >= 0 && d < n, "dimension {} out of range for shape {}", d, shape_string(shape_));
+  LMX_REQUIRE(InvalidArgument, d >= 0 && d < n, "dimension {} out of range for shape {}", d, shape_string(shape_));
   return shape_[d];
 }
 
 bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
 
 void Tensor::check_dtype(DType expected) const {
-  require<InvalidArgument>(dtype_ == expected, "tensor has dtype {}, expected {}", dtype_name(dtype_),
+  LMX_REQUIRE(InvalidArgument, dtype_ == expected, "tensor has dtype {}, expected {}", dtype_name(dtype_),
                            dtype_name(expected));
 }
 
 const uint16_t* Tensor::data_u16() const {
-  require<InvalidArgument>(dtype_ == DType::kBF16 || dtype_ == DType::kF16,
+  LMX_REQUIRE(InvalidArgument, dtype_ == DType::kBF16 || dtype_ == DType::kF16,
                            "data_u16 on a {} tensor", dtype_name(dtype_));
   return reinterpret_cast<const uint16_t*>(raw_data());
 }
 
 Tensor Tensor::reshape(Shape shape) const {
-  require<InvalidArgument>(is_contiguous(), "reshape of a non-contiguous tensor {}", shape_string(shape_));
-  require<InvalidArgument>(shape_numel(shape) == numel(), "cannot reshape {} to {}", shape_string(shape_),
+  LMX_REQUIRE(InvalidArgument, is_contiguous(), "reshape of a non-contiguous tensor {}", shape_string(shape_));
+  LMX_REQUIRE(InvalidArgument, shape_numel(shape) == numel(), "cannot reshape {} to {}", shape_string(shape_),
                            shape_string(shape));
   Tensor t = *this;
   t.strides_ = contiguous_strides(shape);
@@ -109,7 +109,7 @@ Tensor Tensor::reshape(Shape shape) const {
 
 Tensor Tensor::slice(int d, int64_t start, int64_t end) const {
   if (d < 0) d += ndim();
-  require<InvalidArgument>(d >= 0 && d < ndim() && 0 <= start && start <= end && end <= shape_[d],
+  LMX_REQUIRE(InvalidArgument, d >= 0 && d < ndim() && 0 <= start && start <= end && end <= shape_[d],
                            "slice [{}, {}) of dimension {} out of range for {}", start, end, d,
                            shape_string(shape_));
   Tensor t = *this;
@@ -119,7 +119,7 @@ Tensor Tensor::slice(int d, int64_t start, int64_t end) const {
 }
 
 Tensor Tensor::select(int64_t i) const {
-  require<InvalidArgument>(ndim() >= 1 && i >= 0 && i < shape_[0], "select({}) out of range for {}", i,
+  LMX_REQUIRE(InvalidArgument, ndim() >= 1 && i >= 0 && i < shape_[0], "select({}) out of range for {}", i,
                            shape_string(shape_));
   Tensor t = *this;
   t.byte_offset_ += static_cast<size_t>(i * strides_[0]) * dtype_size(dtype_);
@@ -153,7 +153,7 @@ Tensor Tensor::contiguous() const {
 }
 
 float Tensor::item_f32(int64_t flat_index) const {
-  require<InvalidArgument>(flat_index >= 0 && flat_index < numel(), "item index {} out of range", flat_index);
+  LMX_REQUIRE(InvalidArgument, flat_index >= 0 && flat_index < numel(), "item index {} out of range", flat_index);
   int64_t offset = 0, rem = flat_index;
   for (size_t k = shape_.size(); k-- > 0;) {
     offset += (rem % shape_[k]) * strides_[k];
@@ -180,7 +180,7 @@ float Tensor::item_f32(int64_t flat_index) const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return contiguous();
-  require<InvalidArgument>(is_floating(dtype) && is_floating(dtype_), "cannot convert {} to {}",
+  LMX_REQUIRE(InvalidArgument, is_floating(dtype) && is_floating(dtype_), "cannot convert {} to {}",
                            dtype_name(dtype_), dtype_name(dtype));
   Tensor src = contiguous();
   Tensor out = zeros(shape_, dtype);

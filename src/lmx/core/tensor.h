@@ -75,7 +75,7 @@ class Tensor {
   }
   template <typename T>
   std::span<T> span() const {
-    require<InvalidArgument>(is_contiguous(), "span() of a non-contiguous tensor {}", shape_string(shape_));
+    LMX_REQUIRE(InvalidArgument, is_contiguous(), "span() of a non-contiguous tensor {}", shape_string(shape_));
     return {data<T>(), static_cast<size_t>(numel())};
   }
   // Raw 16-bit view for bf16/f16 tensors.
@@ -108,7 +108,7 @@ class Tensor {
 
 template <typename T>
 Tensor Tensor::from_vector(const std::vector<T>& values, Shape shape) {
-  require<InvalidArgument>(shape_numel(shape) == static_cast<int64_t>(values.size()),
+  LMX_REQUIRE(InvalidArgument, shape_numel(shape) == static_cast<int64_t>(values.size()),
                            "from_vector: {} values for shape {}", values.size(), shape_string(shape));
   Tensor t = zeros(std::move(shape), DTypeOf<T>::value);
   std::copy(values.begin(), values.end(), t.data<T>());

@@ -10,7 +10,7 @@ namespace lmx {
 
 ChatSession::ChatSession(Gemma4Model& model, int prefill_chunk_tokens)
     : model_(model), prefill_chunk_tokens_(prefill_chunk_tokens) {
-  require<InvalidArgument>(prefill_chunk_tokens >= 0, "chat session: prefill chunk must be ≥ 0, got {}",
+  LMX_REQUIRE(InvalidArgument, prefill_chunk_tokens >= 0, "chat session: prefill chunk must be ≥ 0, got {}",
                            prefill_chunk_tokens);
 }
 
@@ -51,7 +51,7 @@ std::span<const float> ChatSession::run(std::span<const int32_t> tokens) {
 }
 
 std::span<const float> ChatSession::prefill(std::span<const int32_t> prompt) {
-  require<InvalidArgument>(!prompt.empty(), "chat session: the prompt is empty");
+  LMX_REQUIRE(InvalidArgument, !prompt.empty(), "chat session: the prompt is empty");
   size_t common = 0;
   if (sequence_) {
     const size_t limit = std::min(prompt.size(), tokens_.size());
@@ -75,13 +75,13 @@ std::span<const float> ChatSession::prefill(std::span<const int32_t> prompt) {
 }
 
 std::span<const float> ChatSession::decode(int32_t token) {
-  require<InvalidArgument>(sequence_ != nullptr, "chat session: decode before prefill");
+  LMX_REQUIRE(InvalidArgument, sequence_ != nullptr, "chat session: decode before prefill");
   return run({&token, 1});
 }
 
 TurnResult generate_turn(ChatSession& session, Sampler& sampler, std::span<const int32_t> prompt,
                          const TurnOptions& options) {
-  require<InvalidArgument>(options.max_new_tokens >= 0, "generate: max tokens must be ≥ 0, got {}",
+  LMX_REQUIRE(InvalidArgument, options.max_new_tokens >= 0, "generate: max tokens must be ≥ 0, got {}",
                            options.max_new_tokens);
   using Clock = std::chrono::steady_clock;
   TurnResult result;

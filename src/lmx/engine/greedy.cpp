@@ -10,8 +10,8 @@
 namespace lmx {
 
 GreedyResult generate_greedy(Gemma4Model& model, std::span<const int32_t> prompt, const GreedyOptions& options) {
-  require<InvalidArgument>(!prompt.empty(), "generate: the prompt is empty");
-  require<InvalidArgument>(options.max_new_tokens >= 0, "generate: max tokens must be ≥ 0");
+  LMX_REQUIRE(InvalidArgument, !prompt.empty(), "generate: the prompt is empty");
+  LMX_REQUIRE(InvalidArgument, options.max_new_tokens >= 0, "generate: max tokens must be ≥ 0");
   using Clock = std::chrono::steady_clock;
   GreedyResult result;
   result.prompt_tokens = static_cast<int>(prompt.size());

@@ -21,7 +21,7 @@ std::span<const int32_t> recent(std::span<const int32_t> history, int32_t contex
 
 void check_ids(std::span<const int32_t> ids, size_t vocab, const char* what) {
   for (int32_t id : ids)
-    require<InvalidArgument>(id >= 0 && static_cast<size_t>(id) < vocab,
+    LMX_REQUIRE(InvalidArgument, id >= 0 && static_cast<size_t>(id) < vocab,
                              "sampling: {} token id {} is outside the vocabulary [0, {})", what, id, vocab);
 }
 
@@ -46,27 +46,27 @@ std::vector<int32_t> ranked_finite(std::span<const float> values) {
 }  // namespace
 
 void validate(const SamplingParams& p) {
-  require<InvalidArgument>(std::isfinite(p.temperature) && p.temperature >= 0,
+  LMX_REQUIRE(InvalidArgument, std::isfinite(p.temperature) && p.temperature >= 0,
                            "sampling: temperature must be ≥ 0, got {}", p.temperature);
-  require<InvalidArgument>(p.top_p > 0 && p.top_p <= 1, "sampling: top_p must be in (0, 1], got {}", p.top_p);
-  require<InvalidArgument>(p.top_k >= 0, "sampling: top_k must be ≥ 0, got {}", p.top_k);
-  require<InvalidArgument>(p.min_p >= 0 && p.min_p < 1, "sampling: min_p must be in [0, 1), got {}", p.min_p);
-  require<InvalidArgument>(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0,
+  LMX_REQUIRE(InvalidArgument, p.top_p > 0 && p.top_p <= 1, "sampling: top_p must be in (0, 1], got {}", p.top_p);
+  LMX_REQUIRE(InvalidArgument, p.top_k >= 0, "sampling: top_k must be ≥ 0, got {}", p.top_k);
+  LMX_REQUIRE(InvalidArgument, p.min_p >= 0 && p.min_p < 1, "sampling: min_p must be in [0, 1), got {}", p.min_p);
+  LMX_REQUIRE(InvalidArgument, std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0,
                            "sampling: repetition_penalty must be > 0, got {}", p.repetition_penalty);
-  require<InvalidArgument>(std::isfinite(p.presence_penalty),
+  LMX_REQUIRE(InvalidArgument, std::isfinite(p.presence_penalty),
                            "sampling: presence_penalty must be finite, got {}", p.presence_penalty);
-  require<InvalidArgument>(std::isfinite(p.frequency_penalty),
+  LMX_REQUIRE(InvalidArgument, std::isfinite(p.frequency_penalty),
                            "sampling: frequency_penalty must be finite, got {}", p.frequency_penalty);
-  require<InvalidArgument>(p.repetition_context_size >= 0,
+  LMX_REQUIRE(InvalidArgument, p.repetition_context_size >= 0,
                            "sampling: repetition_context_size must be ≥ 0, got {}",
                            p.repetition_context_size);
-  require<InvalidArgument>(p.presence_context_size >= 0,
+  LMX_REQUIRE(InvalidArgument, p.presence_context_size >= 0,
                            "sampling: presence_context_size must be ≥ 0, got {}", p.presence_context_size);
-  require<InvalidArgument>(p.frequency_context_size >= 0,
+  LMX_REQUIRE(InvalidArgument, p.frequency_context_size >= 0,
                            "sampling: frequency_context_size must be ≥ 0, got {}", p.frequency_context_size);
   for (const auto& [id, bias] : p.logit_bias) {
-    require<InvalidArgument>(id >= 0, "sampling: logit_bias token id {} is negative", id);
-    require<InvalidArgument>(std::isfinite(bias), "sampling: logit_bias for token {} must be finite, got {}",
+    LMX_REQUIRE(InvalidArgument, id >= 0, "sampling: logit_bias token id {} is negative", id);
+    LMX_REQUIRE(InvalidArgument, std::isfinite(bias), "sampling: logit_bias for token {} must be finite, got {}",
                              id, bias);
   }
 }
@@ -88,7 +88,7 @@ void apply_logit_processors(const SamplingParams& params, std::span<float> logit
                             std::span<const int32_t> history) {
   const size_t vocab = logits.size();
   for (const auto& [id, bias] : params.logit_bias) {
-    require<InvalidArgument>(id >= 0 && static_cast<size_t>(id) < vocab,
+    LMX_REQUIRE(InvalidArgument, id >= 0 && static_cast<size_t>(id) < vocab,
                              "sampling: logit_bias token id {} is outside the vocabulary [0, {})", id, vocab);
     logits[id] += bias;
   }
@@ -187,14 +187,14 @@ Sampler::Sampler(SamplingParams params) : params_(std::move(params)) {
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-  require<InvalidArgument>(!logits.empty(), "sampling: empty logits");
+  LMX_REQUIRE(InvalidArgument, !logits.empty(), "sampling: empty logits");
   processed_.assign(logits.begin(), logits.end());
   sampling::apply_logit_processors(params_, processed_, history);
   logprobs_.resize(processed_.size());
   sampling::log_softmax(processed_, logprobs_);
 
   const int32_t best = sampling::argmax(logprobs_);
-  require<InvalidArgument>(logprobs_[best] > kNegInf, "sampling: no token has a finite logit");
+  LMX_REQUIRE(InvalidArgument, logprobs_[best] > kNegInf, "sampling: no token has a finite logit");
   if (params_.temperature == 0.0f) return best;
 
   filtered_ = logprobs_;

@@ -34,7 +34,7 @@ std::string preview(const nlohmann::json& value) {
 
 // The value at `key`, or nullptr when `obj` lacks it. Throws when `obj` is not an object.
 const nlohmann::json* find_key(const nlohmann::json& obj, std::string_view key, std::string_view context) {
-  require<ConfigError>(obj.is_object(), "{}: expected a JSON object to read '{}' from, got {}", context, key,
+  LMX_REQUIRE(ConfigError, obj.is_object(), "{}: expected a JSON object to read '{}' from, got {}", context, key,
                        kind_name(obj));
   auto it = obj.find(std::string(key));
   return it == obj.end() ? nullptr : &*it;
@@ -43,7 +43,7 @@ const nlohmann::json* find_key(const nlohmann::json& obj, std::string_view key, 
 const nlohmann::json& required_key(const nlohmann::json& obj, std::string_view key,
                                    std::string_view context) {
   const nlohmann::json* value = find_key(obj, key, context);
-  require<ConfigError>(value != nullptr, "{}: missing required key '{}'", context, key);
+  LMX_REQUIRE(ConfigError, value != nullptr, "{}: missing required key '{}'", context, key);
   return *value;
 }
 
@@ -97,7 +97,7 @@ std::optional<int32_t> opt_token_id(const nlohmann::json& obj, std::string_view 
                                     std::string_view context) {
   std::optional<int64_t> v = json_opt_int(obj, key, context);
   if (!v) return std::nullopt;
-  require<ConfigError>(*v >= 0 && *v <= std::numeric_limits<int32_t>::max(),
+  LMX_REQUIRE(ConfigError, *v >= 0 && *v <= std::numeric_limits<int32_t>::max(),
                        "{}: key '{}' = {} is not a valid token id", context, key, *v);
   return static_cast<int32_t>(*v);
 }
@@ -105,7 +105,7 @@ std::optional<int32_t> opt_token_id(const nlohmann::json& obj, std::string_view 
 std::optional<int32_t> opt_int32(const nlohmann::json& obj, std::string_view key, std::string_view context) {
   std::optional<int64_t> v = json_opt_int(obj, key, context);
   if (!v) return std::nullopt;
-  require<ConfigError>(*v >= std::numeric_limits<int32_t>::min() && *v <= std::numeric_limits<int32_t>::max(),
+  LMX_REQUIRE(ConfigError, *v >= std::numeric_limits<int32_t>::min() && *v <= std::numeric_limits<int32_t>::max(),
                        "{}: key '{}' = {} does not fit a 32-bit integer", context, key, *v);
   return static_cast<int32_t>(*v);
 }
@@ -122,7 +122,7 @@ nlohmann::json load_json_file(const std::string& path) {
   std::string text = read_text_file(path);
   // nlohmann stops at a NUL byte as if the input ended there; JSON text never contains one.
   size_t nul = text.find('\0');
-  require<FormatError>(nul == std::string::npos, "{}: invalid JSON: NUL byte at offset {}", path, nul);
+  LMX_REQUIRE(FormatError, nul == std::string::npos, "{}: invalid JSON: NUL byte at offset {}", path, nul);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -135,14 +135,14 @@ ModelConfigFiles load_model_config(const std::string& dir) {
   files.dir = dir;
   files.path = (std::filesystem::path(dir) / "config.json").string();
   std::error_code ec;
-  require<IoError>(std::filesystem::is_regular_file(files.path, ec), "{}: model config not found",
+  LMX_REQUIRE(IoError, std::filesystem::is_regular_file(files.path, ec), "{}: model config not found",
                    files.path);
   files.root = load_json_file(files.path);
-  require<ConfigError>(files.root.is_object(), "{}: expected a JSON object, got {}", files.path,
+  LMX_REQUIRE(ConfigError, files.root.is_object(), "{}: expected a JSON object, got {}", files.path,
                        kind_name(files.root));
   auto text = files.root.find("text_config");
   if (text != files.root.end() && !text->is_null()) {
-    require<ConfigError>(text->is_object(), "{}: 'text_config' must be an object, got {}", files.path,
+    LMX_REQUIRE(ConfigError, text->is_object(), "{}: 'text_config' must be an object, got {}", files.path,
                          kind_name(*text));
     files.text = *text;
   } else {
@@ -157,11 +157,11 @@ GenerationConfig load_generation_config(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return config;
   nlohmann::json root = load_json_file(path);
-  require<ConfigError>(root.is_object(), "{}: expected a JSON object, got {}", path, kind_name(root));
+  LMX_REQUIRE(ConfigError, root.is_object(), "{}: expected a JSON object, got {}", path, kind_name(root));
   auto eos = root.find("eos_token_id");
   if (eos != root.end() && !eos->is_null()) {
     for (int64_t id : json_int_list(root, "eos_token_id", path)) {
-      require<ConfigError>(id >= 0 && id <= std::numeric_limits<int32_t>::max(),
+      LMX_REQUIRE(ConfigError, id >= 0 && id <= std::numeric_limits<int32_t>::max(),
                            "{}: key 'eos_token_id' holds {}, which is not a valid token id", path, id);
       config.eos_token_ids.push_back(static_cast<int32_t>(id));
     }
@@ -241,7 +241,7 @@ std::vector<int64_t> json_int_list(const nlohmann::json& obj, std::string_view k
 std::vector<std::string> json_string_list(const nlohmann::json& obj, std::string_view key,
                                           std::string_view context) {
   const nlohmann::json& value = required_key(obj, key, context);
-  require<ConfigError>(value.is_array(), "{}: key '{}' must be a list of strings, got {}", context, key,
+  LMX_REQUIRE(ConfigError, value.is_array(), "{}: key '{}' must be a list of strings, got {}", context, key,
                        kind_name(value));
   std::vector<std::string> out;
   out.reserve(value.size());

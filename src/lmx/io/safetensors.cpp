@@ -42,16 +42,16 @@ std::string preview(const json& value) {
 // Parses and checks one tensor entry of the header against a data section of `data_bytes`.
 TensorInfo parse_entry(const std::string& path, const std::string& name, const json& entry,
                        uint64_t data_bytes) {
-  require<FormatError>(entry.is_object(), "{}: tensor '{}': header entry must be an object, got {}", path,
+  LMX_REQUIRE(FormatError, entry.is_object(), "{}: tensor '{}': header entry must be an object, got {}", path,
                        name, entry.type_name());
   auto dtype_it = entry.find("dtype");
   auto shape_it = entry.find("shape");
   auto offsets_it = entry.find("data_offsets");
-  require<FormatError>(dtype_it != entry.end() && dtype_it->is_string(),
+  LMX_REQUIRE(FormatError, dtype_it != entry.end() && dtype_it->is_string(),
                        "{}: tensor '{}': missing string 'dtype'", path, name);
-  require<FormatError>(shape_it != entry.end() && shape_it->is_array(),
+  LMX_REQUIRE(FormatError, shape_it != entry.end() && shape_it->is_array(),
                        "{}: tensor '{}': missing array 'shape'", path, name);
-  require<FormatError>(offsets_it != entry.end() && offsets_it->is_array() && offsets_it->size() == 2,
+  LMX_REQUIRE(FormatError, offsets_it != entry.end() && offsets_it->is_array() && offsets_it->size() == 2,
                        "{}: tensor '{}': 'data_offsets' must be an array [begin, end]", path, name);
 
   TensorInfo info;
@@ -88,9 +88,9 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
   if (!begin || !end)
     throw FormatError(fmt::format("{}: tensor '{}': data_offsets {} must be non-negative integers", path,
                                   name, preview(*offsets_it)));
-  require<FormatError>(*begin <= *end, "{}: tensor '{}': data_offsets [{}, {}] begin after end", path, name,
+  LMX_REQUIRE(FormatError, *begin <= *end, "{}: tensor '{}': data_offsets [{}, {}] begin after end", path, name,
                        *begin, *end);
-  require<FormatError>(
+  LMX_REQUIRE(FormatError, 
       *end <= data_bytes,
       "{}: tensor '{}': data_offsets [{}, {}] out of bounds: the data section holds {} bytes "
       "(file truncated?)",
@@ -107,10 +107,10 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
 std::map<std::string, std::string> parse_metadata(const std::string& path, const json& value) {
   std::map<std::string, std::string> metadata;
   if (value.is_null()) return metadata;
-  require<FormatError>(value.is_object(), "{}: __metadata__ must be an object of strings, got {}", path,
+  LMX_REQUIRE(FormatError, value.is_object(), "{}: __metadata__ must be an object of strings, got {}", path,
                        value.type_name());
   for (const auto& [key, v] : value.items()) {
-    require<FormatError>(v.is_string(), "{}: __metadata__ value for key '{}' must be a string, got {}", path,
+    LMX_REQUIRE(FormatError, v.is_string(), "{}: __metadata__ value for key '{}' must be a string, got {}", path,
                          key, v.type_name());
     metadata.emplace(key, v.get<std::string>());
   }
@@ -124,13 +124,13 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   st->file_ = MappedFile::open(path);
   const std::byte* bytes = st->file_->data();
   const uint64_t file_size = st->file_->size();
-  require<FormatError>(file_size >= 8, "{}: file of {} bytes is too short for a safetensors header", path,
+  LMX_REQUIRE(FormatError, file_size >= 8, "{}: file of {} bytes is too short for a safetensors header", path,
                        file_size);
   uint64_t header_bytes = 0;
   for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(bytes[i]) << (8 * i);
-  require<FormatError>(header_bytes <= kMaxHeaderBytes, "{}: header length {} exceeds the limit of {} bytes",
+  LMX_REQUIRE(FormatError, header_bytes <= kMaxHeaderBytes, "{}: header length {} exceeds the limit of {} bytes",
                        path, header_bytes, kMaxHeaderBytes);
-  require<FormatError>(header_bytes <= file_size - 8,
+  LMX_REQUIRE(FormatError, header_bytes <= file_size - 8,
                        "{}: header length {} is larger than the {} bytes that follow it (file truncated?)",
                        path, header_bytes, file_size - 8);
   st->data_start_ = 8 + header_bytes;
@@ -140,7 +140,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   // nlohmann treats NUL as end of input; valid JSON never contains one, so reject it up front
   // rather than ignore whatever follows it.
   const void* nul = std::memchr(header_begin, 0, header_bytes);
-  require<FormatError>(nul == nullptr, "{}: header is not valid JSON: NUL byte at header offset {}", path,
+  LMX_REQUIRE(FormatError, nul == nullptr, "{}: header is not valid JSON: NUL byte at header offset {}", path,
                        nul ? static_cast<const char*>(nul) - header_begin : 0);
   json header;
   try {
@@ -151,7 +151,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     throw FormatError(fmt::format("{}: header is not valid JSON: {}", path,
                                   close == std::string::npos ? what : what.substr(close + 2)));
   }
-  require<FormatError>(header.is_object(), "{}: header must be a JSON object, got {}", path,
+  LMX_REQUIRE(FormatError, header.is_object(), "{}: header must be a JSON object, got {}", path,
                        header.type_name());
 
   struct Range {
@@ -176,7 +176,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   for (size_t i = 1; i < ranges.size(); ++i) {
     const Range& prev = ranges[i - 1];
     const Range& cur = ranges[i];
-    require<FormatError>(prev.end <= cur.begin,
+    LMX_REQUIRE(FormatError, prev.end <= cur.begin,
                          "{}: tensor '{}' data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", path,
                          *cur.name, cur.begin, cur.end, *prev.name, prev.begin, prev.end);
   }
@@ -192,7 +192,7 @@ std::vector<std::string> SafetensorsFile::names() const {
 
 const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   auto it = tensors_.find(name);
-  require<FormatError>(it != tensors_.end(), "{}: no tensor named '{}'", path(), name);
+  LMX_REQUIRE(FormatError, it != tensors_.end(), "{}: no tensor named '{}'", path(), name);
   return it->second;
 }
 
@@ -223,7 +223,7 @@ bool is_safe_relative(const std::string& name) {
 
 Checkpoint Checkpoint::open_dir(const std::string& dir) {
   std::error_code ec;
-  require<IoError>(fs::is_directory(dir, ec), "{}: model directory does not exist or is not a directory",
+  LMX_REQUIRE(IoError, fs::is_directory(dir, ec), "{}: model directory does not exist or is not a directory",
                    dir);
   Checkpoint ck;
   ck.dir_ = dir;
@@ -248,28 +248,28 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
   } else if (fs::exists(index_path, ec)) {
     const std::string index_name = index_path.string();
     json index = load_json_file(index_name);
-    require<FormatError>(index.is_object(), "{}: index must be a JSON object", index_name);
+    LMX_REQUIRE(FormatError, index.is_object(), "{}: index must be a JSON object", index_name);
     auto weight_map = index.find("weight_map");
-    require<FormatError>(weight_map != index.end() && weight_map->is_object(),
+    LMX_REQUIRE(FormatError, weight_map != index.end() && weight_map->is_object(),
                          "{}: missing object 'weight_map'", index_name);
     std::map<std::string, size_t> shard_index;  // shard file name -> index into files_
     for (const auto& [name, shard_value] : weight_map->items()) {
-      require<FormatError>(shard_value.is_string(),
+      LMX_REQUIRE(FormatError, shard_value.is_string(),
                            "{}: weight_map entry for tensor '{}' must be a file name", index_name, name);
       const std::string& shard = shard_value.get_ref<const std::string&>();
-      require<FormatError>(is_safe_relative(shard), "{}: tensor '{}' maps to '{}', which is not a file in {}",
+      LMX_REQUIRE(FormatError, is_safe_relative(shard), "{}: tensor '{}' maps to '{}', which is not a file in {}",
                            index_name, name, shard, dir);
       auto found = shard_index.find(shard);
       if (found == shard_index.end()) {
         const fs::path shard_path = fs::path(dir) / shard;
-        require<FormatError>(fs::is_regular_file(shard_path, ec),
+        LMX_REQUIRE(FormatError, fs::is_regular_file(shard_path, ec),
                              "{}: shard '{}' (holding tensor '{}') does not exist in {}", index_name, shard,
                              name, dir);
         found = shard_index.emplace(shard, ck.files_.size()).first;
         ck.files_.push_back(SafetensorsFile::open(shard_path.string()));
       }
       const SafetensorsFile& file = *ck.files_[found->second];
-      require<FormatError>(file.contains(name),
+      LMX_REQUIRE(FormatError, file.contains(name),
                            "{}: tensor '{}' is mapped to shard '{}', which does not contain it", index_name,
                            name, shard);
       ck.where_.emplace(name, found->second);
@@ -282,8 +282,8 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
       if (entry.path().extension() == ".safetensors" && entry.is_regular_file(entry_ec))
         paths.push_back(entry.path().string());
     }
-    require<IoError>(!ec, "{}: cannot list directory: {}", dir, ec.message());
-    require<IoError>(!paths.empty(),
+    LMX_REQUIRE(IoError, !ec, "{}: cannot list directory: {}", dir, ec.message());
+    LMX_REQUIRE(IoError, !paths.empty(),
                      "{}: no model.safetensors, model.safetensors.index.json or *.safetensors files", dir);
     std::sort(paths.begin(), paths.end());
     for (const auto& p : paths) add_whole_file(SafetensorsFile::open(p));
@@ -300,7 +300,7 @@ std::vector<std::string> Checkpoint::names() const {
 
 const SafetensorsFile& Checkpoint::file_holding(const std::string& name) const {
   auto it = where_.find(name);
-  require<FormatError>(it != where_.end(), "{}: checkpoint has no tensor named '{}'", dir_, name);
+  LMX_REQUIRE(FormatError, it != where_.end(), "{}: checkpoint has no tensor named '{}'", dir_, name);
   return *files_[it->second];
 }
 
@@ -393,10 +393,10 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   payloads.reserve(tensors.size());
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
-    require<InvalidArgument>(tensor.defined(), "{}: tensor '{}' is undefined", path, name);
-    require<InvalidArgument>(name != "__metadata__",
+    LMX_REQUIRE(InvalidArgument, tensor.defined(), "{}: tensor '{}' is undefined", path, name);
+    LMX_REQUIRE(InvalidArgument, name != "__metadata__",
                              "{}: '__metadata__' is reserved and cannot name a tensor", path);
-    require<InvalidArgument>(seen.insert(name).second, "{}: tensor name '{}' given twice", path, name);
+    LMX_REQUIRE(InvalidArgument, seen.insert(name).second, "{}: tensor name '{}' given twice", path, name);
     payloads.push_back(tensor.is_contiguous() ? tensor : tensor.contiguous());
     uint64_t bytes = payloads.back().nbytes();
     append_entry(name, {{"dtype", std::string(dtype_name(tensor.dtype()))},

@@ -31,7 +31,7 @@ size_t SequenceKv::bytes() const {
 }
 
 void SequenceKv::truncate(int64_t new_length) {
-  require<InvalidArgument>(new_length >= 0 && new_length <= length_, "truncate to {} of a sequence of length {}",
+  LMX_REQUIRE(InvalidArgument, new_length >= 0 && new_length <= length_, "truncate to {} of a sequence of length {}",
                            new_length, length_);
   // A sliding layer must still hold every key the next query (at position new_length) can see:
   // positions new_length - W + 1 and later.
@@ -49,7 +49,7 @@ void SequenceKv::truncate(int64_t new_length) {
 
 KvCache::KvCache(std::vector<KvLayerSpec> layers, KvCodecKind codec) : specs_(std::move(layers)), codec_(codec) {
   for (const auto& s : specs_)
-    require<InvalidArgument>(s.num_kv_heads > 0 && s.head_dim > 0 && s.sliding_window >= 0,
+    LMX_REQUIRE(InvalidArgument, s.num_kv_heads > 0 && s.head_dim > 0 && s.sliding_window >= 0,
                              "bad KV layer spec (heads {}, head_dim {}, window {})", s.num_kv_heads, s.head_dim,
                              s.sliding_window);
 }
@@ -86,13 +86,13 @@ void KvCache::append(int layer, std::span<const KvRow> rows, const Tensor& k, co
   int64_t total = 0;
   for (const auto& r : rows) total += r.new_tokens;
   const Shape expected{total, spec.num_kv_heads, spec.head_dim};
-  require<InvalidArgument>(k.shape() == expected && v.shape() == expected && k.is_contiguous() && v.is_contiguous(),
+  LMX_REQUIRE(InvalidArgument, k.shape() == expected && v.shape() == expected && k.is_contiguous() && v.is_contiguous(),
                            "KV append to layer {}: k {} and v {} must be contiguous {}", layer,
                            shape_string(k.shape()), shape_string(v.shape()), shape_string(expected));
   const size_t row_bytes = static_cast<size_t>(spec.num_kv_heads) * spec.head_dim * 4;
   int64_t offset = 0;
   for (const auto& r : rows) {
-    require<InvalidArgument>(r.kv && r.kv->owner_ == this, "KV append: row's sequence belongs to another cache");
+    LMX_REQUIRE(InvalidArgument, r.kv && r.kv->owner_ == this, "KV append: row's sequence belongs to another cache");
     auto& store = r.kv->layers_[static_cast<size_t>(layer)];
     const int64_t first_new = r.kv->length_;
     // Tokens stored past the sequence's length (a step that failed before commit) are discarded.
@@ -123,7 +123,7 @@ void KvCache::attend(int layer, std::span<const KvRow> rows, const Tensor& q, fl
   const KvLayerSpec& spec = specs_.at(static_cast<size_t>(layer));
   int64_t total = 0;
   for (const auto& r : rows) total += r.new_tokens;
-  require<InvalidArgument>(q.ndim() == 3 && q.dim(0) == total && q.dim(2) == spec.head_dim &&
+  LMX_REQUIRE(InvalidArgument, q.ndim() == 3 && q.dim(0) == total && q.dim(2) == spec.head_dim &&
                                q.dim(1) % spec.num_kv_heads == 0 && out.shape() == q.shape(),
                            "KV attend on layer {}: q {} / out {} do not match {} tokens of {} heads × {}", layer,
                            shape_string(q.shape()), shape_string(out.shape()), total, spec.num_kv_heads,

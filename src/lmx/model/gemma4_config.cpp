@@ -15,12 +15,12 @@ namespace {
 int int_or(const nlohmann::json& obj, const char* key, int fallback, const std::string& source) {
   auto v = json_opt_int(obj, key, source);
   if (!v) return fallback;
-  require<ConfigError>(*v >= 0 && *v <= (int64_t{1} << 31) - 1, "{}: '{}' = {} is out of range", source, key, *v);
+  LMX_REQUIRE(ConfigError, *v >= 0 && *v <= (int64_t{1} << 31) - 1, "{}: '{}' = {} is out of range", source, key, *v);
   return static_cast<int>(*v);
 }
 
 void require_positive(int value, const char* key, const std::string& source) {
-  require<ConfigError>(value > 0, "{}: '{}' must be positive, got {}", source, key, value);
+  LMX_REQUIRE(ConfigError, value > 0, "{}: '{}' must be positive, got {}", source, key, value);
 }
 
 struct RopeSpec {
@@ -34,21 +34,21 @@ RopeSpec rope_for(const nlohmann::json& text, const std::string& layer_type, con
   RopeSpec spec = layer_type == "full_attention" ? RopeSpec{1e6, 0.25, true} : RopeSpec{1e4, 1.0, false};
   if (!text.contains("rope_parameters") || text["rope_parameters"].is_null()) return spec;
   const auto& all = text["rope_parameters"];
-  require<ConfigError>(all.is_object(), "{}: 'rope_parameters' must be an object", source);
+  LMX_REQUIRE(ConfigError, all.is_object(), "{}: 'rope_parameters' must be an object", source);
   if (!all.contains(layer_type)) return spec;
   const auto& p = all[layer_type];
   const std::string ctx = source + ": rope_parameters." + layer_type;
-  require<ConfigError>(p.is_object(), "{} must be an object", ctx);
+  LMX_REQUIRE(ConfigError, p.is_object(), "{} must be an object", ctx);
   std::string type = p.contains("rope_type") ? json_string(p, "rope_type", ctx) : "default";
-  require<ConfigError>(type == "default" || type == "proportional", "{}: rope_type '{}' is not supported "
+  LMX_REQUIRE(ConfigError, type == "default" || type == "proportional", "{}: rope_type '{}' is not supported "
                        "(expected default or proportional)", ctx, type);
   spec.proportional = type == "proportional";
   spec.theta = json_opt_number(p, "rope_theta", ctx).value_or(spec.theta);
   spec.partial_rotary_factor =
       spec.proportional ? json_opt_number(p, "partial_rotary_factor", ctx).value_or(1.0) : 1.0;
   if (spec.proportional) spec.factor = json_opt_number(p, "factor", ctx).value_or(1.0);
-  require<ConfigError>(spec.factor > 0, "{}: factor {} must be positive", ctx, spec.factor);
-  require<ConfigError>(spec.theta > 0 && spec.partial_rotary_factor > 0 && spec.partial_rotary_factor <= 1,
+  LMX_REQUIRE(ConfigError, spec.factor > 0, "{}: factor {} must be positive", ctx, spec.factor);
+  LMX_REQUIRE(ConfigError, spec.theta > 0 && spec.partial_rotary_factor > 0 && spec.partial_rotary_factor <= 1,
                        "{}: rope_theta {} / partial_rotary_factor {} out of range", ctx, spec.theta,
                        spec.partial_rotary_factor);
   return spec;
@@ -57,12 +57,12 @@ RopeSpec rope_for(const nlohmann::json& text, const std::string& layer_type, con
 }  // namespace
 
 Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann::json& root, const std::string& source) {
-  require<ConfigError>(text.is_object(), "{}: the text config is not a JSON object", source);
+  LMX_REQUIRE(ConfigError, text.is_object(), "{}: the text config is not a JSON object", source);
   Gemma4Config c;
   c.model_type = root.contains("model_type") && root["model_type"].is_string() ? root["model_type"].get<std::string>() : "";
   const std::string text_type =
       text.contains("model_type") && text["model_type"].is_string() ? text["model_type"].get<std::string>() : c.model_type;
-  require<Unsupported>(c.model_type == "gemma4" || c.model_type == "gemma4_text" || text_type == "gemma4_text",
+  LMX_REQUIRE(Unsupported, c.model_type == "gemma4" || c.model_type == "gemma4_text" || text_type == "gemma4_text",
                        "{}: unknown architecture (model_type '{}'); lmx runs gemma4 and gemma4_text", source,
                        c.model_type);
 
@@ -76,7 +76,7 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
   c.sliding_window = int_or(text, "sliding_window", 512, source);
   c.rms_norm_eps = static_cast<float>(json_opt_number(text, "rms_norm_eps", source).value_or(1e-6));
   if (auto cap = json_opt_number(text, "final_logit_softcapping", source)) {
-    require<ConfigError>(*cap > 0, "{}: 'final_logit_softcapping' must be positive or null, got {}", source, *cap);
+    LMX_REQUIRE(ConfigError, *cap > 0, "{}: 'final_logit_softcapping' must be positive or null, got {}", source, *cap);
     c.final_logit_softcapping = static_cast<float>(*cap);
   }
   c.tie_word_embeddings = json_bool(text, "tie_word_embeddings", source, json_bool(root, "tie_word_embeddings", source, true));
@@ -102,17 +102,17 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
                             {c.num_key_value_heads, "num_key_value_heads"}, {c.head_dim, "head_dim"},
                             {c.sliding_window, "sliding_window"}})
     require_positive(value, key, source);
-  require<ConfigError>(c.head_dim % 2 == 0 && c.global_head_dim % 2 == 0, "{}: head dims must be even", source);
-  require<ConfigError>(c.rms_norm_eps > 0, "{}: 'rms_norm_eps' must be positive", source);
-  require<ConfigError>(c.hidden_size_per_layer_input == 0 || c.vocab_size_per_layer_input > 0,
+  LMX_REQUIRE(ConfigError, c.head_dim % 2 == 0 && c.global_head_dim % 2 == 0, "{}: head dims must be even", source);
+  LMX_REQUIRE(ConfigError, c.rms_norm_eps > 0, "{}: 'rms_norm_eps' must be positive", source);
+  LMX_REQUIRE(ConfigError, c.hidden_size_per_layer_input == 0 || c.vocab_size_per_layer_input > 0,
                        "{}: 'vocab_size_per_layer_input' must be positive with PLE", source);
-  require<ConfigError>(c.num_kv_shared_layers < c.num_hidden_layers, "{}: 'num_kv_shared_layers' ({}) must be "
+  LMX_REQUIRE(ConfigError, c.num_kv_shared_layers < c.num_hidden_layers, "{}: 'num_kv_shared_layers' ({}) must be "
                        "smaller than 'num_hidden_layers' ({})", source, c.num_kv_shared_layers, c.num_hidden_layers);
   if (c.enable_moe_block) {
     require_positive(c.num_experts, "num_experts", source);
     require_positive(c.top_k_experts, "top_k_experts", source);
     require_positive(c.moe_intermediate_size, "moe_intermediate_size", source);
-    require<ConfigError>(c.top_k_experts <= c.num_experts, "{}: 'top_k_experts' ({}) exceeds 'num_experts' ({})",
+    LMX_REQUIRE(ConfigError, c.top_k_experts <= c.num_experts, "{}: 'top_k_experts' ({}) exceeds 'num_experts' ({})",
                          source, c.top_k_experts, c.num_experts);
   }
 
@@ -120,10 +120,10 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
   std::vector<std::string> types;
   if (text.contains("layer_types") && !text["layer_types"].is_null()) {
     const auto& lt = text["layer_types"];
-    require<ConfigError>(lt.is_array() && lt.size() == static_cast<size_t>(c.num_hidden_layers),
+    LMX_REQUIRE(ConfigError, lt.is_array() && lt.size() == static_cast<size_t>(c.num_hidden_layers),
                          "{}: 'layer_types' must be a list of {} strings", source, c.num_hidden_layers);
     for (const auto& t : lt) {
-      require<ConfigError>(t.is_string() && (t == "sliding_attention" || t == "full_attention"),
+      LMX_REQUIRE(ConfigError, t.is_string() && (t == "sliding_attention" || t == "full_attention"),
                            "{}: 'layer_types' entry {} is not sliding_attention or full_attention", source, t.dump());
       types.push_back(t.get<std::string>());
     }
@@ -139,17 +139,17 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
   const bool has_per_layer = text.contains("per_layer_config") && !text["per_layer_config"].is_null();
   if (has_per_layer) {
     const auto& plc = text["per_layer_config"];
-    require<ConfigError>(plc.is_object(), "{}: 'per_layer_config' must be an object keyed by layer index", source);
+    LMX_REQUIRE(ConfigError, plc.is_object(), "{}: 'per_layer_config' must be an object keyed by layer index", source);
     for (const auto& [key, value] : plc.items()) {
       bool numeric = !key.empty() && key.size() < 8 && key.find_first_not_of("0123456789") == std::string::npos;
       int index = numeric ? std::stoi(key) : -1;
-      require<ConfigError>(numeric && index < c.num_hidden_layers && value.is_object(),
+      LMX_REQUIRE(ConfigError, numeric && index < c.num_hidden_layers && value.is_object(),
                            "{}: 'per_layer_config' key '{}' is not a layer index below {} with an object value",
                            source, key, c.num_hidden_layers);
       per_layer[index] = &value;
     }
   }
-  require<Unsupported>(!text.contains("use_bidirectional_attention") || text["use_bidirectional_attention"].is_null(),
+  LMX_REQUIRE(Unsupported, !text.contains("use_bidirectional_attention") || text["use_bidirectional_attention"].is_null(),
                        "{}: 'use_bidirectional_attention' (embedding-style, non-causal) is not supported", source);
 
   const int first_shared = c.num_hidden_layers - c.num_kv_shared_layers;
@@ -168,7 +168,7 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
       if (c.global_head_dim > 0) s.head_dim = c.global_head_dim;
       if (c.attention_k_eq_v && c.num_global_key_value_heads > 0) s.num_kv_heads = c.num_global_key_value_heads;
     }
-    require<ConfigError>(s.head_dim > 0 && s.head_dim % 2 == 0 && s.num_kv_heads > 0 &&
+    LMX_REQUIRE(ConfigError, s.head_dim > 0 && s.head_dim % 2 == 0 && s.num_kv_heads > 0 &&
                              c.num_attention_heads % s.num_kv_heads == 0,
                          "{}: layer {} has head_dim {} and {} KV heads for {} query heads", source, i, s.head_dim,
                          s.num_kv_heads, c.num_attention_heads);
@@ -183,7 +183,7 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
           s.kv_donor = j;
           break;
         }
-      require<ConfigError>(s.kv_donor >= 0, "{}: KV-shared layer {} ({}) has no earlier layer of its type to share",
+      LMX_REQUIRE(ConfigError, s.kv_donor >= 0, "{}: KV-shared layer {} ({}) has no earlier layer of its type to share",
                            source, i, types[static_cast<size_t>(i)]);
       if (c.use_double_wide_mlp) s.intermediate_size *= 2;
     }
@@ -198,7 +198,7 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
       s.cache_index = c.num_cache_layers++;
     } else {
       const auto& donor = c.layers[static_cast<size_t>(s.kv_donor)];
-      require<ConfigError>(donor.head_dim == s.head_dim && donor.num_kv_heads == s.num_kv_heads,
+      LMX_REQUIRE(ConfigError, donor.head_dim == s.head_dim && donor.num_kv_heads == s.num_kv_heads,
                            "{}: KV-shared layer and its donor {} differ in head shape", source, s.kv_donor);
       s.cache_index = donor.cache_index;
     }

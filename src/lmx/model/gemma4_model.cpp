@@ -137,13 +137,13 @@ Tensor Gemma4Model::mlp_block(int layer, const Tensor& x) const {
 }
 
 Tensor Gemma4Model::forward(std::span<const StepRow> rows, bool all_positions) {
-  require<InvalidArgument>(!rows.empty(), "forward: empty batch");
+  LMX_REQUIRE(InvalidArgument, !rows.empty(), "forward: empty batch");
   std::vector<int32_t> ids;
   std::vector<KvRow> kv_rows;
   for (size_t r = 0; r < rows.size(); ++r) {
-    require<InvalidArgument>(rows[r].kv != nullptr && !rows[r].tokens.empty(), "forward: row {} has no tokens", r);
+    LMX_REQUIRE(InvalidArgument, rows[r].kv != nullptr && !rows[r].tokens.empty(), "forward: row {} has no tokens", r);
     for (int32_t id : rows[r].tokens)
-      require<InvalidArgument>(id >= 0 && id < config_.vocab_size, "token id {} out of range [0, {}) in row {}", id,
+      LMX_REQUIRE(InvalidArgument, id >= 0 && id < config_.vocab_size, "token id {} out of range [0, {}) in row {}", id,
                                config_.vocab_size, r);
     ids.insert(ids.end(), rows[r].tokens.begin(), rows[r].tokens.end());
     kv_rows.push_back({rows[r].kv, static_cast<int64_t>(rows[r].tokens.size())});

@@ -55,15 +55,15 @@ bool valid_affine_params(int bits, int group_size) {
 }
 
 void pack_row(std::span<const uint32_t> codes, int bits, std::span<uint32_t> words) {
-  require<InvalidArgument>(bits >= 1 && bits <= 32, "pack_row: bits {} outside [1, 32]", bits);
+  LMX_REQUIRE(InvalidArgument, bits >= 1 && bits <= 32, "pack_row: bits {} outside [1, 32]", bits);
   const uint64_t total_bits = static_cast<uint64_t>(codes.size()) * static_cast<uint64_t>(bits);
-  require<InvalidArgument>(words.size() == (total_bits + 31) / 32,
+  LMX_REQUIRE(InvalidArgument, words.size() == (total_bits + 31) / 32,
                            "pack_row: {} codes of {} bits need {} words, got {}", codes.size(), bits,
                            (total_bits + 31) / 32, words.size());
   const uint64_t limit = uint64_t{1} << bits;
   std::fill(words.begin(), words.end(), 0u);
   for (size_t j = 0; j < codes.size(); ++j) {
-    require<InvalidArgument>(codes[j] < limit, "pack_row: code {} at index {} does not fit in {} bits",
+    LMX_REQUIRE(InvalidArgument, codes[j] < limit, "pack_row: code {} at index {} does not fit in {} bits",
                              codes[j], j, bits);
     const uint64_t offset = static_cast<uint64_t>(j) * static_cast<uint64_t>(bits);
     const size_t word = static_cast<size_t>(offset / 32);
@@ -76,8 +76,8 @@ void pack_row(std::span<const uint32_t> codes, int bits, std::span<uint32_t> wor
 }
 
 uint32_t unpack_code(std::span<const uint32_t> words, int64_t index, int bits) {
-  require<InvalidArgument>(bits >= 1 && bits <= 32, "unpack_code: bits {} outside [1, 32]", bits);
-  require<InvalidArgument>(index >= 0 && (static_cast<uint64_t>(index) + 1) * static_cast<uint64_t>(bits) <=
+  LMX_REQUIRE(InvalidArgument, bits >= 1 && bits <= 32, "unpack_code: bits {} outside [1, 32]", bits);
+  LMX_REQUIRE(InvalidArgument, index >= 0 && (static_cast<uint64_t>(index) + 1) * static_cast<uint64_t>(bits) <=
                                              static_cast<uint64_t>(words.size()) * 32,
                            "unpack_code: code {} of {} bits lies past the end of {} words", index, bits,
                            words.size());
@@ -92,18 +92,18 @@ uint32_t unpack_code(std::span<const uint32_t> words, int64_t index, int bits) {
 
 AffineQuantized quantize_affine(const Tensor& w, int bits, int group_size, DType scale_dtype,
                                 AffineRounding rounding) {
-  require<InvalidArgument>(valid_affine_params(bits, group_size),
+  LMX_REQUIRE(InvalidArgument, valid_affine_params(bits, group_size),
                            "quantize_affine: unsupported bits {} / group size {} (bits 2, 3, 4, 5, 6, 8; "
                            "groups 32, 64, 128)",
                            bits, group_size);
-  require<InvalidArgument>(
+  LMX_REQUIRE(InvalidArgument, 
       w.defined() && (w.dtype() == DType::kF32 || w.dtype() == DType::kBF16 || w.dtype() == DType::kF16),
       "quantize_affine: w must be F32, BF16 or F16, got {}",
       w.defined() ? std::string(dtype_name(w.dtype())) : std::string("undefined"));
-  require<InvalidArgument>(scale_dtype_ok(scale_dtype),
+  LMX_REQUIRE(InvalidArgument, scale_dtype_ok(scale_dtype),
                            "quantize_affine: scale dtype {} is not F32, BF16 or F16",
                            dtype_name(scale_dtype));
-  require<InvalidArgument>(
+  LMX_REQUIRE(InvalidArgument, 
       w.ndim() >= 1 && w.dim(-1) > 0 && w.dim(-1) % group_size == 0,
       "quantize_affine: last dim of w {} is not a positive multiple of the group size {}",
       shape_string(w.shape()), group_size);
@@ -137,7 +137,7 @@ AffineQuantized quantize_affine(const Tensor& w, int bits, int group_size, DType
       float w_max = gpu ? 0.0f : -std::numeric_limits<float>::infinity();
       for (int j = 0; j < group_size; ++j) {
         const float v = load_f32(src, base + j);
-        require<InvalidArgument>(std::isfinite(v), "quantize_affine: element {} of w {} is not finite ({})",
+        LMX_REQUIRE(InvalidArgument, std::isfinite(v), "quantize_affine: element {} of w {} is not finite ({})",
                                  base + j, shape_string(w.shape()), v);
         values[static_cast<size_t>(j)] = v;
         w_min = std::min(w_min, v);
@@ -192,30 +192,30 @@ Tensor dequantize_affine(const AffineQuantized& q) {
 
 void validate_affine(const Tensor& codes, const Tensor& scales, const Tensor& biases, int bits,
                      int group_size, const std::string& what) {
-  require<FormatError>(
+  LMX_REQUIRE(FormatError, 
       valid_affine_params(bits, group_size),
       "{}: unsupported quantization bits {} / group size {} (bits 2, 3, 4, 5, 6, 8; groups 32, "
       "64, 128)",
       what, bits, group_size);
-  require<FormatError>(codes.defined() && scales.defined() && biases.defined(),
+  LMX_REQUIRE(FormatError, codes.defined() && scales.defined() && biases.defined(),
                        "{}: quantized weight needs codes, scales and biases ({} missing)", what,
                        !codes.defined()    ? "codes"
                        : !scales.defined() ? "scales"
                                            : "biases");
-  require<FormatError>(codes.dtype() == DType::kU32, "{}: codes have dtype {}, expected U32", what,
+  LMX_REQUIRE(FormatError, codes.dtype() == DType::kU32, "{}: codes have dtype {}, expected U32", what,
                        dtype_name(codes.dtype()));
-  require<FormatError>(scale_dtype_ok(scales.dtype()) && biases.dtype() == scales.dtype(),
+  LMX_REQUIRE(FormatError, scale_dtype_ok(scales.dtype()) && biases.dtype() == scales.dtype(),
                        "{}: scales ({}) and biases ({}) must share one dtype of F32, BF16 or F16", what,
                        dtype_name(scales.dtype()), dtype_name(biases.dtype()));
-  require<FormatError>(codes.ndim() >= 1 && codes.dim(-1) > 0 && codes.dim(-1) * 32 % bits == 0,
+  LMX_REQUIRE(FormatError, codes.ndim() >= 1 && codes.dim(-1) > 0 && codes.dim(-1) * 32 % bits == 0,
                        "{}: codes {} do not hold whole {}-bit rows", what, shape_string(codes.shape()), bits);
   const int64_t k = codes.dim(-1) * 32 / bits;
-  require<FormatError>(k % group_size == 0, "{}: codes {} give K = {}, not a multiple of the group size {}",
+  LMX_REQUIRE(FormatError, k % group_size == 0, "{}: codes {} give K = {}, not a multiple of the group size {}",
                        what, shape_string(codes.shape()), k, group_size);
   const Shape expected = with_last_dim(codes.shape(), k / group_size);
-  require<FormatError>(scales.shape() == expected, "{}: scales {} do not match codes {} (expected {})", what,
+  LMX_REQUIRE(FormatError, scales.shape() == expected, "{}: scales {} do not match codes {} (expected {})", what,
                        shape_string(scales.shape()), shape_string(codes.shape()), shape_string(expected));
-  require<FormatError>(biases.shape() == expected, "{}: biases {} do not match codes {} (expected {})", what,
+  LMX_REQUIRE(FormatError, biases.shape() == expected, "{}: biases {} do not match codes {} (expected {})", what,
                        shape_string(biases.shape()), shape_string(codes.shape()), shape_string(expected));
 }
 

@@ -94,7 +94,7 @@ std::unique_ptr<BpeModel> BpeModel::parse(JsonScanner& json) {
       if (type == "WordPiece" || type == "WordLevel" || type == "Unigram") {
         throw Unsupported(fmt::format("tokenizer.json: model type '{}' is not supported (only BPE)", type));
       }
-      require<FormatError>(type == "BPE", "tokenizer.json: unknown model type '{}'", type);
+      LMX_REQUIRE(FormatError, type == "BPE", "tokenizer.json: unknown model type '{}'", type);
     } else if (field == "dropout") {
       const std::string raw(json.skip_value());
       if (raw != "null") {
@@ -104,7 +104,7 @@ std::unique_ptr<BpeModel> BpeModel::parse(JsonScanner& json) {
         } catch (const std::exception&) {
           throw FormatError(fmt::format("tokenizer.json: model.dropout must be a number or null, got {}", raw));
         }
-        require<Unsupported>(dropout == 0.0, "tokenizer.json: BPE dropout {} is not supported (must be null)", dropout);
+        LMX_REQUIRE(Unsupported, dropout == 0.0, "tokenizer.json: BPE dropout {} is not supported (must be null)", dropout);
       }
     } else if (field == "unk_token") {
       model->unk_token_ = optional_string(json, field);
@@ -129,8 +129,8 @@ std::unique_ptr<BpeModel> BpeModel::parse(JsonScanner& json) {
       json.skip_value();
     }
   }
-  require<FormatError>(has_vocab, "tokenizer.json: model (BPE) has no vocab");
-  require<FormatError>(has_merges, "tokenizer.json: model (BPE) has no merges");
+  LMX_REQUIRE(FormatError, has_vocab, "tokenizer.json: model (BPE) has no vocab");
+  LMX_REQUIRE(FormatError, has_merges, "tokenizer.json: model (BPE) has no merges");
   if (deferred_merges) {
     JsonScanner merges_json(*deferred_merges, json.file());
     model->parse_merges(merges_json);
@@ -140,7 +140,7 @@ std::unique_ptr<BpeModel> BpeModel::parse(JsonScanner& json) {
 }
 
 void BpeModel::parse_vocab(JsonScanner& json) {
-  require<FormatError>(json.peek() == '{', "tokenizer.json: model.vocab must be an object of token -> id");
+  LMX_REQUIRE(FormatError, json.peek() == '{', "tokenizer.json: model.vocab must be an object of token -> id");
   // Scan first, then insert in batches so that the hash-table cache misses overlap.
   std::vector<std::pair<std::string_view, int32_t>> entries;
   std::string scratch;
@@ -171,7 +171,7 @@ void BpeModel::parse_vocab(JsonScanner& json) {
 }
 
 void BpeModel::parse_merges(JsonScanner& json) {
-  require<FormatError>(json.peek() == '[', "tokenizer.json: model.merges must be an array");
+  LMX_REQUIRE(FormatError, json.peek() == '[', "tokenizer.json: model.merges must be an array");
   // 1. Scan the parts of every merge. Views point into the JSON text, or into `escaped` for the
   // rare parts written with escapes.
   struct Parts {
@@ -196,16 +196,16 @@ void BpeModel::parse_merges(JsonScanner& json) {
         continue;
       }
       const size_t space = line.find(' ');
-      require<FormatError>(space != std::string_view::npos && line.find(' ', space + 1) == std::string_view::npos,
+      LMX_REQUIRE(FormatError, space != std::string_view::npos && line.find(' ', space + 1) == std::string_view::npos,
                            "tokenizer.json: model.merges[{}] '{}' is not two tokens separated by one space", index, line);
       parts.push_back({line.substr(0, space), line.substr(space + 1), index});
     } else if (json.peek() == '[') {
       json.begin_array();
-      require<FormatError>(json.next_element() && json.peek() == '"', "tokenizer.json: model.merges[{}] must be a pair of tokens", index);
+      LMX_REQUIRE(FormatError, json.next_element() && json.peek() == '"', "tokenizer.json: model.merges[{}] must be a pair of tokens", index);
       const std::string_view a = keep(json.read_string(scratch_a), scratch_a);
-      require<FormatError>(json.next_element() && json.peek() == '"', "tokenizer.json: model.merges[{}] must be a pair of tokens", index);
+      LMX_REQUIRE(FormatError, json.next_element() && json.peek() == '"', "tokenizer.json: model.merges[{}] must be a pair of tokens", index);
       const std::string_view b = keep(json.read_string(scratch_b), scratch_b);
-      require<FormatError>(!json.next_element(), "tokenizer.json: model.merges[{}] must be a pair of tokens", index);
+      LMX_REQUIRE(FormatError, !json.next_element(), "tokenizer.json: model.merges[{}] must be a pair of tokens", index);
       parts.push_back({a, b, index});
     } else {
       throw FormatError(fmt::format("tokenizer.json: model.merges[{}] must be \"a b\" or [\"a\", \"b\"]", index));
@@ -254,9 +254,9 @@ void BpeModel::parse_merges(JsonScanner& json) {
   std::string merged;
   for (size_t k = 0; k < count; ++k) {
     const Parts& p = parts[k];
-    require<FormatError>(a_ids[k] >= 0, "tokenizer.json: model.merges[{}]: token '{}' is not in the vocab", p.index, p.a);
-    require<FormatError>(b_ids[k] >= 0, "tokenizer.json: model.merges[{}]: token '{}' is not in the vocab", p.index, p.b);
-    require<FormatError>(p.b.size() >= prefix_length,
+    LMX_REQUIRE(FormatError, a_ids[k] >= 0, "tokenizer.json: model.merges[{}]: token '{}' is not in the vocab", p.index, p.a);
+    LMX_REQUIRE(FormatError, b_ids[k] >= 0, "tokenizer.json: model.merges[{}]: token '{}' is not in the vocab", p.index, p.b);
+    LMX_REQUIRE(FormatError, p.b.size() >= prefix_length,
                          "tokenizer.json: model.merges[{}]: token '{}' is shorter than the subword prefix", p.index, p.b);
     if (new_ids[k] < 0) {
       merged.assign(p.a).append(p.b.substr(prefix_length));
@@ -416,7 +416,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& ids) cons
     }
     if (unk_token_) {
       const int32_t unk_id = vocab_.find(*unk_token_);
-      require<InvalidArgument>(unk_id >= 0, "tokenizer: unk token '{}' is not in the vocab", *unk_token_);
+      LMX_REQUIRE(InvalidArgument, unk_id >= 0, "tokenizer: unk token '{}' is not in the vocab", *unk_token_);
       if (pending_unk >= 0 && !fuse_unk_) symbols.push_back(pending_unk);
       pending_unk = unk_id;
     }

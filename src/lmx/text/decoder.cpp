@@ -241,7 +241,7 @@ std::unique_ptr<Decoder> Decoder::from_json(const nlohmann::json& json, const st
   if (type == "Metaspace") {
     const std::string replacement = char_field(json, "replacement", context);
     std::string scheme = string_field(json, "prepend_scheme", context, "always");
-    require<FormatError>(scheme == "always" || scheme == "first" || scheme == "never",
+    LMX_REQUIRE(FormatError, scheme == "always" || scheme == "first" || scheme == "never",
                          "tokenizer.json: {}: unknown prepend_scheme '{}'", context, scheme);
     const auto legacy = json.find("add_prefix_space");
     if (legacy != json.end() && legacy->is_boolean() && !legacy->get<bool>()) scheme = "never";

@@ -18,7 +18,7 @@ StreamingDetokenizer::StreamingDetokenizer(Tokenizer tokenizer, bool skip_specia
     : tokenizer_(std::move(tokenizer)), skip_special_tokens_(skip_special_tokens) {}
 
 std::string StreamingDetokenizer::feed(int32_t id) {
-  require<InvalidArgument>(tokenizer_.is_valid_id(id), "detokenizer: token id {} is not in the vocabulary (ids go up to {})",
+  LMX_REQUIRE(InvalidArgument, tokenizer_.is_valid_id(id), "detokenizer: token id {} is not in the vocabulary (ids go up to {})",
                            id, tokenizer_.vocab_size() - 1);
   ids_.push_back(id);
   if (in_byte_run()) return {};

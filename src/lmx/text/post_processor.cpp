@@ -50,7 +50,7 @@ std::vector<TemplatePiece> parse_template(const nlohmann::json& json, const std:
     }
     return pieces;
   }
-  require<FormatError>(json.is_array(), "tokenizer.json: {} must be an array of template pieces", context);
+  LMX_REQUIRE(FormatError, json.is_array(), "tokenizer.json: {} must be an array of template pieces", context);
   for (size_t i = 0; i < json.size(); ++i) {
     const nlohmann::json& p = json[i];
     const std::string where = fmt::format("{}[{}]", context, i);
@@ -58,7 +58,7 @@ std::vector<TemplatePiece> parse_template(const nlohmann::json& json, const std:
       pieces.push_back(parse_piece_string(p.get<std::string>(), where));
       continue;
     }
-    require<FormatError>(p.is_object() && p.size() == 1, "tokenizer.json: {} must be {{\"Sequence\": ...}} or {{\"SpecialToken\": ...}}",
+    LMX_REQUIRE(FormatError, p.is_object() && p.size() == 1, "tokenizer.json: {} must be {{\"Sequence\": ...}} or {{\"SpecialToken\": ...}}",
                          where);
     const auto member = p.begin();
     const std::string kind = member.key();
@@ -66,7 +66,7 @@ std::vector<TemplatePiece> parse_template(const nlohmann::json& json, const std:
     TemplatePiece piece;
     if (kind == "Sequence") {
       const std::string id = string_field(body, "id", where);
-      require<FormatError>(id == "A" || id == "B", "tokenizer.json: {}: sequence id must be A or B, got '{}'", where, id);
+      LMX_REQUIRE(FormatError, id == "A" || id == "B", "tokenizer.json: {}: sequence id must be A or B, got '{}'", where, id);
       piece.is_sequence = true;
       piece.is_sequence_a = id == "A";
     } else if (kind == "SpecialToken") {
@@ -135,10 +135,10 @@ class SequenceProcessor final : public PostProcessor {
 // A ["token", id] pair of BertProcessing / RobertaProcessing.
 int32_t token_pair_id(const nlohmann::json& json, std::string_view name, const std::string& context) {
   const nlohmann::json& pair = required_field(json, name, context);
-  require<FormatError>(pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_number_integer(),
+  LMX_REQUIRE(FormatError, pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_number_integer(),
                        "tokenizer.json: {}: field '{}' must be [token, id]", context, name);
   const auto id = pair[1].get<int64_t>();
-  require<FormatError>(id >= 0 && id <= kMaxId, "tokenizer.json: {}: field '{}' has a bad id {}", context, name, id);
+  LMX_REQUIRE(FormatError, id >= 0 && id <= kMaxId, "tokenizer.json: {}: field '{}' has a bad id {}", context, name, id);
   return static_cast<int32_t>(id);
 }
 
@@ -160,16 +160,16 @@ std::unique_ptr<PostProcessor> PostProcessor::from_json(const nlohmann::json& js
     std::map<std::string, std::vector<int32_t>> special;
     const auto it = json.find("special_tokens");
     if (it != json.end() && !it->is_null()) {
-      require<FormatError>(it->is_object(), "tokenizer.json: {}.special_tokens must be an object", context);
+      LMX_REQUIRE(FormatError, it->is_object(), "tokenizer.json: {}.special_tokens must be an object", context);
       for (const auto& [name, token] : it->items()) {
         const std::string where = fmt::format("{}.special_tokens.{}", context, name);
         const nlohmann::json& ids = array_field(token, "ids", where);
         const auto tokens = token.find("tokens");
-        require<FormatError>(tokens == token.end() || (tokens->is_array() && tokens->size() == ids.size()),
+        LMX_REQUIRE(FormatError, tokens == token.end() || (tokens->is_array() && tokens->size() == ids.size()),
                              "tokenizer.json: {}: ids and tokens must be of the same length", where);
         std::vector<int32_t> values;
         for (const auto& id : ids) {
-          require<FormatError>(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= kMaxId,
+          LMX_REQUIRE(FormatError, id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= kMaxId,
                                "tokenizer.json: {}: bad id {}", where, id.dump());
           values.push_back(static_cast<int32_t>(id.get<int64_t>()));
         }
@@ -178,7 +178,7 @@ std::unique_ptr<PostProcessor> PostProcessor::from_json(const nlohmann::json& js
     }
     auto single = parse_template(required_field(json, "single", context), context + ".single");
     for (const auto& piece : single) {
-      require<FormatError>(piece.is_sequence || special.count(piece.special_token) > 0,
+      LMX_REQUIRE(FormatError, piece.is_sequence || special.count(piece.special_token) > 0,
                            "tokenizer.json: {}: template uses special token '{}' missing from special_tokens", context,
                            piece.special_token);
     }

@@ -338,7 +338,7 @@ std::unique_ptr<PreTokenizer> PreTokenizer::from_json(const nlohmann::json& json
     // Older files: add_prefix_space false means never (and must agree with prepend_scheme).
     const auto legacy = json.find("add_prefix_space");
     if (legacy != json.end() && legacy->is_boolean() && !legacy->get<bool>()) {
-      require<FormatError>(scheme == PrependScheme::kNever || json.find("prepend_scheme") == json.end(),
+      LMX_REQUIRE(FormatError, scheme == PrependScheme::kNever || json.find("prepend_scheme") == json.end(),
                            "tokenizer.json: {}: add_prefix_space does not match declared prepend_scheme", context);
       scheme = PrependScheme::kNever;
     }

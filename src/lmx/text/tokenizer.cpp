@@ -38,20 +38,20 @@ std::unique_ptr<TokenizerImpl> TokenizerImpl::parse(std::string_view json_text, 
   auto impl = std::make_unique<TokenizerImpl>();
   try {
     JsonScanner json(json_text, name);
-    require<FormatError>(json.peek() == '{', "{}: not a JSON object", name);
+    LMX_REQUIRE(FormatError, json.peek() == '{', "{}: not a JSON object", name);
     std::string_view raw_normalizer, raw_pre_tokenizer, raw_post_processor, raw_decoder, raw_added_tokens;
     std::string scratch;
     std::string_view key;
     json.begin_object();
     while (json.next_member(key, scratch)) {
       if (key == "model") {
-        require<FormatError>(json.peek() == '{', "{}: 'model' must be an object", name);
+        LMX_REQUIRE(FormatError, json.peek() == '{', "{}: 'model' must be an object", name);
         impl->model = BpeModel::parse(json);
       } else if (key == "version") {
         std::string version_scratch;
-        require<FormatError>(json.peek() == '"', "{}: 'version' must be a string", name);
+        LMX_REQUIRE(FormatError, json.peek() == '"', "{}: 'version' must be a string", name);
         const std::string_view version = json.read_string(version_scratch);
-        require<FormatError>(version == "1.0", "{}: unknown tokenizer version '{}'", name, version);
+        LMX_REQUIRE(FormatError, version == "1.0", "{}: unknown tokenizer version '{}'", name, version);
       } else if (key == "normalizer") {
         raw_normalizer = json.skip_value();
       } else if (key == "pre_tokenizer") {
@@ -67,7 +67,7 @@ std::unique_ptr<TokenizerImpl> TokenizerImpl::parse(std::string_view json_text, 
       }
     }
     json.expect_end();
-    require<FormatError>(impl->model != nullptr, "{}: missing 'model'", name);
+    LMX_REQUIRE(FormatError, impl->model != nullptr, "{}: missing 'model'", name);
 
     impl->normalizer = Normalizer::from_json(parse_component(raw_normalizer, name, "normalizer"));
     impl->pre_tokenizer = PreTokenizer::from_json(parse_component(raw_pre_tokenizer, name, "pre_tokenizer"));
@@ -143,7 +143,7 @@ std::string TokenizerImpl::decode(std::span<const int32_t> ids, bool skip_specia
   tokens.reserve(ids.size());
   for (const int32_t id : ids) {
     const auto s = token_string(id);
-    require<InvalidArgument>(s.has_value(), "decode: token id {} is not in the vocabulary (ids go up to {})", id,
+    LMX_REQUIRE(InvalidArgument, s.has_value(), "decode: token id {} is not in the vocabulary (ids go up to {})", id,
                              id_limit - 1);
     if (skip_special_tokens && special[id]) continue;
     tokens.emplace_back(*s);
@@ -201,7 +201,7 @@ int32_t Tokenizer::token_to_id(std::string_view token) const {
 
 std::string Tokenizer::id_to_token(int32_t id) const {
   const auto s = impl_->token_string(id);
-  require<InvalidArgument>(s.has_value(), "token id {} is not in the vocabulary (ids go up to {})", id, impl_->id_limit - 1);
+  LMX_REQUIRE(InvalidArgument, s.has_value(), "token id {} is not in the vocabulary (ids go up to {})", id, impl_->id_limit - 1);
   return std::string(*s);
 }
 

@@ -33,15 +33,15 @@ void AddedVocabulary::Trie::add(std::string_view pattern, int32_t id) {
 
 void AddedVocabulary::load(const nlohmann::json& added_tokens, const BpeModel& model, const Normalizer* normalizer) {
   if (added_tokens.is_null()) return;
-  require<FormatError>(added_tokens.is_array(), "tokenizer.json: added_tokens must be an array");
+  LMX_REQUIRE(FormatError, added_tokens.is_array(), "tokenizer.json: added_tokens must be an array");
   int32_t next_id = static_cast<int32_t>(model.vocab_count());
   for (size_t i = 0; i < added_tokens.size(); ++i) {
     const nlohmann::json& j = added_tokens[i];
     const std::string context = fmt::format("added_tokens[{}]", i);
-    require<FormatError>(j.is_object(), "tokenizer.json: {} must be an object", context);
+    LMX_REQUIRE(FormatError, j.is_object(), "tokenizer.json: {} must be an object", context);
     AddedToken token;
     token.content = string_field(j, "content", context);
-    require<FormatError>(is_valid_utf8(token.content), "tokenizer.json: {}: content is not valid UTF-8", context);
+    LMX_REQUIRE(FormatError, is_valid_utf8(token.content), "tokenizer.json: {}: content is not valid UTF-8", context);
     token.single_word = bool_field(j, "single_word", context, false);
     token.lstrip = bool_field(j, "lstrip", context, false);
     token.rstrip = bool_field(j, "rstrip", context, false);

@@ -23,7 +23,7 @@ std::optional<nlohmann::json> read_json_file(const std::string& path) {
   if (!std::filesystem::exists(path)) return std::nullopt;
   const std::string text = read_text_file(path);
   JsonScanner json(text, path);
-  require<FormatError>(json.peek() == '{', "{}: must be a JSON object", path);
+  LMX_REQUIRE(FormatError, json.peek() == '{', "{}: must be a JSON object", path);
   nlohmann::json fields = nlohmann::json::object();
   std::string scratch;
   std::string_view key;
@@ -49,7 +49,7 @@ std::optional<std::string> token_text(const nlohmann::json& config, const char* 
   if (it->is_string()) return it->get<std::string>();
   if (it->is_object()) {
     const auto content = it->find("content");
-    require<FormatError>(content != it->end() && content->is_string(), "{}: field '{}' has no string \"content\"", path, field);
+    LMX_REQUIRE(FormatError, content != it->end() && content->is_string(), "{}: field '{}' has no string \"content\"", path, field);
     return content->get<std::string>();
   }
   throw FormatError(fmt::format("{}: field '{}' must be a string or an object with \"content\"", path, field));
@@ -58,7 +58,7 @@ std::optional<std::string> token_text(const nlohmann::json& config, const char* 
 std::optional<bool> optional_bool(const nlohmann::json& config, const char* field, const std::string& path) {
   const auto it = config.find(field);
   if (it == config.end() || it->is_null()) return std::nullopt;
-  require<FormatError>(it->is_boolean(), "{}: field '{}' must be a boolean", path, field);
+  LMX_REQUIRE(FormatError, it->is_boolean(), "{}: field '{}' must be a boolean", path, field);
   return it->get<bool>();
 }
 
@@ -70,11 +70,11 @@ void read_templates(const nlohmann::json& value, const std::string& path, Tokeni
     config.chat_templates["default"] = config.chat_template;
     return;
   }
-  require<FormatError>(value.is_array(), "{}: field 'chat_template' must be a string or a list of {{name, template}}", path);
+  LMX_REQUIRE(FormatError, value.is_array(), "{}: field 'chat_template' must be a string or a list of {{name, template}}", path);
   config.chat_templates.clear();
   for (size_t i = 0; i < value.size(); ++i) {
     const nlohmann::json& entry = value[i];
-    require<FormatError>(entry.is_object() && entry.contains("name") && entry["name"].is_string() &&
+    LMX_REQUIRE(FormatError, entry.is_object() && entry.contains("name") && entry["name"].is_string() &&
                              entry.contains("template") && entry["template"].is_string(),
                          "{}: chat_template[{}] must be an object with string \"name\" and \"template\"", path, i);
     config.chat_templates[entry["name"].get<std::string>()] = entry["template"].get<std::string>();

@@ -15,15 +15,15 @@ namespace lmx::text {
 
 // The component's "type" string. Throws FormatError when the component is not an object with one.
 inline std::string component_type(const nlohmann::json& j, std::string_view context) {
-  require<FormatError>(j.is_object(), "tokenizer.json: {} must be an object", context);
+  LMX_REQUIRE(FormatError, j.is_object(), "tokenizer.json: {} must be an object", context);
   const auto it = j.find("type");
-  require<FormatError>(it != j.end() && it->is_string(), "tokenizer.json: {} has no \"type\"", context);
+  LMX_REQUIRE(FormatError, it != j.end() && it->is_string(), "tokenizer.json: {} has no \"type\"", context);
   return it->get<std::string>();
 }
 
 inline const nlohmann::json& required_field(const nlohmann::json& j, std::string_view name, std::string_view context) {
   const auto it = j.find(name);
-  require<FormatError>(it != j.end(), "tokenizer.json: {}: missing field '{}'", context, name);
+  LMX_REQUIRE(FormatError, it != j.end(), "tokenizer.json: {}: missing field '{}'", context, name);
   return *it;
 }
 
@@ -31,10 +31,10 @@ inline std::string string_field(const nlohmann::json& j, std::string_view name, 
                                 std::optional<std::string> fallback = std::nullopt) {
   const auto it = j.find(name);
   if (it == j.end() || it->is_null()) {
-    require<FormatError>(fallback.has_value(), "tokenizer.json: {}: missing field '{}'", context, name);
+    LMX_REQUIRE(FormatError, fallback.has_value(), "tokenizer.json: {}: missing field '{}'", context, name);
     return *fallback;
   }
-  require<FormatError>(it->is_string(), "tokenizer.json: {}: field '{}' must be a string", context, name);
+  LMX_REQUIRE(FormatError, it->is_string(), "tokenizer.json: {}: field '{}' must be a string", context, name);
   return it->get<std::string>();
 }
 
@@ -42,10 +42,10 @@ inline bool bool_field(const nlohmann::json& j, std::string_view name, std::stri
                        std::optional<bool> fallback = std::nullopt) {
   const auto it = j.find(name);
   if (it == j.end() || it->is_null()) {
-    require<FormatError>(fallback.has_value(), "tokenizer.json: {}: missing field '{}'", context, name);
+    LMX_REQUIRE(FormatError, fallback.has_value(), "tokenizer.json: {}: missing field '{}'", context, name);
     return *fallback;
   }
-  require<FormatError>(it->is_boolean(), "tokenizer.json: {}: field '{}' must be a boolean", context, name);
+  LMX_REQUIRE(FormatError, it->is_boolean(), "tokenizer.json: {}: field '{}' must be a boolean", context, name);
   return it->get<bool>();
 }
 
@@ -53,12 +53,12 @@ inline int64_t int_field(const nlohmann::json& j, std::string_view name, std::st
                          int64_t max, std::optional<int64_t> fallback = std::nullopt) {
   const auto it = j.find(name);
   if (it == j.end() || it->is_null()) {
-    require<FormatError>(fallback.has_value(), "tokenizer.json: {}: missing field '{}'", context, name);
+    LMX_REQUIRE(FormatError, fallback.has_value(), "tokenizer.json: {}: missing field '{}'", context, name);
     return *fallback;
   }
-  require<FormatError>(it->is_number_integer(), "tokenizer.json: {}: field '{}' must be an integer", context, name);
+  LMX_REQUIRE(FormatError, it->is_number_integer(), "tokenizer.json: {}: field '{}' must be an integer", context, name);
   const auto v = it->get<int64_t>();
-  require<FormatError>(v >= min && v <= max, "tokenizer.json: {}: field '{}' = {} out of range [{}, {}]", context, name,
+  LMX_REQUIRE(FormatError, v >= min && v <= max, "tokenizer.json: {}: field '{}' = {} out of range [{}, {}]", context, name,
                        v, min, max);
   return v;
 }
@@ -68,7 +68,7 @@ std::string char_field(const nlohmann::json& j, std::string_view name, std::stri
 
 inline const nlohmann::json& array_field(const nlohmann::json& j, std::string_view name, std::string_view context) {
   const nlohmann::json& v = required_field(j, name, context);
-  require<FormatError>(v.is_array(), "tokenizer.json: {}: field '{}' must be an array", context, name);
+  LMX_REQUIRE(FormatError, v.is_array(), "tokenizer.json: {}: field '{}' must be an array", context, name);
   return v;
 }
 

@@ -118,7 +118,7 @@ Regex::Regex(std::string_view pattern) : pattern_(pattern), code_(std::make_uniq
   PCRE2_SIZE offset = 0;
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                               PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
-  require<FormatError>(code_->code != nullptr, "invalid regex '{}': {} (at offset {})", pattern_,
+  LMX_REQUIRE(FormatError, code_->code != nullptr, "invalid regex '{}': {} (at offset {})", pattern_,
                        pcre2_message(error), offset);
   code_->jit = pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE) == 0;
 }
@@ -127,7 +127,7 @@ Regex::~Regex() = default;
 
 bool Regex::search(std::string_view subject, size_t start, size_t& match_begin, size_t& match_end) const {
   ThreadMatchState& state = thread_match_state();
-  require<InvalidArgument>(state.match_data != nullptr, "out of memory for regex matching");
+  LMX_REQUIRE(InvalidArgument, state.match_data != nullptr, "out of memory for regex matching");
   const auto* data = reinterpret_cast<PCRE2_SPTR>(subject.data());
   int rc;
   if (code_->jit) {
@@ -137,7 +137,7 @@ bool Regex::search(std::string_view subject, size_t start, size_t& match_begin, 
                      state.context);
   }
   if (rc == PCRE2_ERROR_NOMATCH) return false;
-  require<InvalidArgument>(rc >= 0, "regex '{}' failed on the input: {}", pattern_, pcre2_message(rc));
+  LMX_REQUIRE(InvalidArgument, rc >= 0, "regex '{}' failed on the input: {}", pattern_, pcre2_message(rc));
   const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.match_data);
   match_begin = ovector[0];
   match_end = ovector[1];
@@ -159,12 +159,12 @@ Pattern Pattern::regex(std::string_view onig_pattern) {
 }
 
 Pattern Pattern::from_json(const nlohmann::json& json, std::string_view context) {
-  require<FormatError>(json.is_object() && json.size() == 1, "{}: pattern must be {{\"String\": ...}} or {{\"Regex\": ...}}",
+  LMX_REQUIRE(FormatError, json.is_object() && json.size() == 1, "{}: pattern must be {{\"String\": ...}} or {{\"Regex\": ...}}",
                        context);
   const auto member = json.begin();
   const std::string kind = member.key();
   const nlohmann::json& value = member.value();
-  require<FormatError>(value.is_string(), "{}: pattern {} must be a string", context, kind);
+  LMX_REQUIRE(FormatError, value.is_string(), "{}: pattern {} must be a string", context, kind);
   if (kind == "String") return literal(value.get<std::string>());
   if (kind == "Regex") {
     try {

@@ -210,7 +210,7 @@ std::string utf8proc_normalize(std::string_view text, NormalizationForm form) {
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
                    &result, static_cast<utf8proc_option_t>(options));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(result, &std::free);
-  require<InvalidArgument>(len >= 0, "Unicode normalization failed: {}", utf8proc_errmsg(len));
+  LMX_REQUIRE(InvalidArgument, len >= 0, "Unicode normalization failed: {}", utf8proc_errmsg(len));
   return std::string(reinterpret_cast<const char*>(result), static_cast<size_t>(len));
 }
 

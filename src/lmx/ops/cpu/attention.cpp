@@ -18,7 +18,7 @@ constexpr int64_t kQueryBlock = 16;
 
 void require_qkv(const Tensor& t, const char* what) {
   cpu::require_dtype(t, DType::kF32, "attention", what);
-  require<InvalidArgument>(t.ndim() == 3 && t.strides()[2] == 1,
+  LMX_REQUIRE(InvalidArgument, t.ndim() == 3 && t.strides()[2] == 1,
                            "attention: {} must be [T, H, D] with a contiguous last dim, got {}", what,
                            shape_string(t.shape()));
 }
@@ -32,10 +32,10 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<cons
   require_qkv(v, "v");
   const int64_t tq = q.dim(0), hq = q.dim(1), d = q.dim(2);
   const int64_t tk = k.dim(0), hkv = k.dim(1), dv = v.dim(2);
-  require<InvalidArgument>(k.dim(2) == d && v.dim(0) == tk && v.dim(1) == hkv && hkv > 0 && hq % hkv == 0,
+  LMX_REQUIRE(InvalidArgument, k.dim(2) == d && v.dim(0) == tk && v.dim(1) == hkv && hkv > 0 && hq % hkv == 0,
                            "attention: incompatible shapes q {} k {} v {}", shape_string(q.shape()),
                            shape_string(k.shape()), shape_string(v.shape()));
-  require<InvalidArgument>(
+  LMX_REQUIRE(InvalidArgument, 
       static_cast<int64_t>(q_pos.size()) == tq && static_cast<int64_t>(k_pos.size()) == tk,
       "attention: {} query positions and {} key positions for q {} k {}", q_pos.size(), k_pos.size(),
       shape_string(q.shape()), shape_string(k.shape()));

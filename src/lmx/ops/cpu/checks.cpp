@@ -6,8 +6,8 @@
 namespace lmx::ops::cpu {
 
 RowView row_view(const Tensor& t, const char* op, const char* what) {
-  require<InvalidArgument>(t.defined(), "{}: {} is undefined", op, what);
-  require<InvalidArgument>(t.ndim() >= 1, "{}: {} must have at least one dimension", op, what);
+  LMX_REQUIRE(InvalidArgument, t.defined(), "{}: {} is undefined", op, what);
+  LMX_REQUIRE(InvalidArgument, t.ndim() >= 1, "{}: {} must have at least one dimension", op, what);
   RowView v;
   v.data = static_cast<std::byte*>(t.raw_data());
   v.cols = t.dim(-1);
@@ -16,7 +16,7 @@ RowView row_view(const Tensor& t, const char* op, const char* what) {
     v.stride = v.cols;
     return v;
   }
-  require<InvalidArgument>(t.ndim() == 2 && t.strides()[1] == 1,
+  LMX_REQUIRE(InvalidArgument, t.ndim() == 2 && t.strides()[1] == 1,
                            "{}: {} {} must be contiguous, or 2-D with a contiguous last dim", op, what,
                            shape_string(t.shape()));
   v.rows = t.dim(0);
@@ -25,14 +25,14 @@ RowView row_view(const Tensor& t, const char* op, const char* what) {
 }
 
 void require_dtype(const Tensor& t, DType dtype, const char* op, const char* what) {
-  require<InvalidArgument>(t.defined(), "{}: {} is undefined", op, what);
-  require<InvalidArgument>(t.dtype() == dtype, "{}: {} {} has dtype {}, expected {}", op, what,
+  LMX_REQUIRE(InvalidArgument, t.defined(), "{}: {} is undefined", op, what);
+  LMX_REQUIRE(InvalidArgument, t.dtype() == dtype, "{}: {} {} has dtype {}, expected {}", op, what,
                            shape_string(t.shape()), dtype_name(t.dtype()), dtype_name(dtype));
 }
 
 void require_weight_dtype(const Tensor& t, const char* op, const char* what) {
-  require<InvalidArgument>(t.defined(), "{}: {} is undefined", op, what);
-  require<InvalidArgument>(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16,
+  LMX_REQUIRE(InvalidArgument, t.defined(), "{}: {} is undefined", op, what);
+  LMX_REQUIRE(InvalidArgument, t.dtype() == DType::kF32 || t.dtype() == DType::kBF16,
                            "{}: {} {} has dtype {}, expected F32 or BF16", op, what, shape_string(t.shape()),
                            dtype_name(t.dtype()));
 }
@@ -42,7 +42,7 @@ void prepare_out(Tensor& out, const Shape& shape, DType dtype, const char* op) {
     out = Tensor::zeros(shape, dtype);
     return;
   }
-  require<InvalidArgument>(out.dtype() == dtype && out.is_contiguous() && out.numel() == shape_numel(shape) &&
+  LMX_REQUIRE(InvalidArgument, out.dtype() == dtype && out.is_contiguous() && out.numel() == shape_numel(shape) &&
                                out.ndim() >= 1 && (shape.empty() || out.dim(-1) == shape.back()),
                            "{}: output is {} {}{}, expected {} {}", op, dtype_name(out.dtype()),
                            shape_string(out.shape()), out.is_contiguous() ? "" : " (non-contiguous)",

@@ -24,7 +24,7 @@ inline float gelu_tanh_scalar(float x) {
 
 float* contiguous_f32(Tensor& x, const char* op, const char* what) {
   cpu::require_dtype(x, DType::kF32, op, what);
-  require<InvalidArgument>(x.is_contiguous(), "{}: {} {} must be contiguous", op, what,
+  LMX_REQUIRE(InvalidArgument, x.is_contiguous(), "{}: {} {} must be contiguous", op, what,
                            shape_string(x.shape()));
   return x.data<float>();
 }
@@ -40,11 +40,11 @@ void for_each_index(int64_t n, Fn fn) {
 // The operand of add_inplace / mul_inplace: same element count, or a vector of the last dim.
 const float* broadcast_operand(const Tensor& target, const Tensor& a, const char* op, bool& per_row) {
   cpu::require_dtype(a, DType::kF32, op, "operand");
-  require<InvalidArgument>(a.is_contiguous(), "{}: operand {} must be contiguous", op,
+  LMX_REQUIRE(InvalidArgument, a.is_contiguous(), "{}: operand {} must be contiguous", op,
                            shape_string(a.shape()));
   const int64_t cols = target.ndim() ? target.dim(-1) : 1;
   per_row = a.numel() != target.numel();
-  require<InvalidArgument>(!per_row || (a.numel() == cols && target.ndim() >= 1),
+  LMX_REQUIRE(InvalidArgument, !per_row || (a.numel() == cols && target.ndim() >= 1),
                            "{}: operand {} matches neither {} nor its last dim", op, shape_string(a.shape()),
                            shape_string(target.shape()));
   return a.data<float>();
@@ -61,14 +61,14 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   constexpr const char* kOp = "gelu_tanh_mul";
   cpu::require_dtype(gate, DType::kF32, kOp, "gate");
   cpu::require_dtype(up, DType::kF32, kOp, "up");
-  require<InvalidArgument>(gate.shape() == up.shape(), "gelu_tanh_mul: gate {} and up {} differ",
+  LMX_REQUIRE(InvalidArgument, gate.shape() == up.shape(), "gelu_tanh_mul: gate {} and up {} differ",
                            shape_string(gate.shape()), shape_string(up.shape()));
   const cpu::RowView g = cpu::row_view(gate, kOp, "gate");
   const cpu::RowView u = cpu::row_view(up, kOp, "up");
   if (!out.defined()) out = Tensor::zeros(gate.shape(), DType::kF32);
   cpu::require_dtype(out, DType::kF32, kOp, "out");
   const cpu::RowView o = cpu::row_view(out, kOp, "out");
-  require<InvalidArgument>(o.rows == g.rows && o.cols == g.cols,
+  LMX_REQUIRE(InvalidArgument, o.rows == g.rows && o.cols == g.cols,
                            "gelu_tanh_mul: out {} does not match gate {}", shape_string(out.shape()),
                            shape_string(gate.shape()));
   const int64_t cols = g.cols;
@@ -106,7 +106,7 @@ void softmax(Tensor& x) {
 }
 
 void softcap(Tensor& x, float cap) {
-  require<InvalidArgument>(cap > 0.0f && std::isfinite(cap),
+  LMX_REQUIRE(InvalidArgument, cap > 0.0f && std::isfinite(cap),
                            "softcap: cap must be positive and finite, got {}", cap);
   float* p = contiguous_f32(x, "softcap", "x");
   for_each_index(x.numel(), [p, cap](int64_t i) { p[i] = cap * std::tanh(p[i] / cap); });
@@ -142,7 +142,7 @@ void mul_inplace(Tensor& x, const Tensor& y) {
 }
 
 int argmax(std::span<const float> row) {
-  require<InvalidArgument>(!row.empty(), "argmax: empty row");
+  LMX_REQUIRE(InvalidArgument, !row.empty(), "argmax: empty row");
   int best = 0;
   float best_value = row[0];
   for (size_t i = 1; i < row.size(); ++i) {

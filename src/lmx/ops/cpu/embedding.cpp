@@ -9,12 +9,12 @@ namespace lmx::ops {
 void embedding(const Tensor& table, std::span<const int32_t> ids, float scale, Tensor& out) {
   constexpr const char* kOp = "embedding";
   cpu::require_weight_dtype(table, kOp, "table");
-  require<InvalidArgument>(table.ndim() == 2, "embedding: table must be 2-D [V, D], got {}",
+  LMX_REQUIRE(InvalidArgument, table.ndim() == 2, "embedding: table must be 2-D [V, D], got {}",
                            shape_string(table.shape()));
   const cpu::RowView tv = cpu::row_view(table, kOp, "table");
   const int64_t vocab = tv.rows, dim = tv.cols;
   for (size_t t = 0; t < ids.size(); ++t)
-    require<InvalidArgument>(ids[t] >= 0 && ids[t] < vocab,
+    LMX_REQUIRE(InvalidArgument, ids[t] >= 0 && ids[t] < vocab,
                              "embedding: token id {} (at index {}) outside [0, {})", ids[t], t, vocab);
   cpu::prepare_out(out, {static_cast<int64_t>(ids.size()), dim}, DType::kF32, kOp);
   float* o = out.data<float>();

@@ -63,8 +63,8 @@ void linear(const Tensor& x, const Tensor& w, Tensor& out) {
   constexpr const char* kOp = "linear";
   cpu::require_dtype(x, DType::kF32, kOp, "x");
   cpu::require_weight_dtype(w, kOp, "w");
-  require<InvalidArgument>(w.ndim() == 2, "linear: w must be 2-D [N, K], got {}", shape_string(w.shape()));
-  require<InvalidArgument>(x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x {} does not match w {} (K)",
+  LMX_REQUIRE(InvalidArgument, w.ndim() == 2, "linear: w must be 2-D [N, K], got {}", shape_string(w.shape()));
+  LMX_REQUIRE(InvalidArgument, x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x {} does not match w {} (K)",
                            shape_string(x.shape()), shape_string(w.shape()));
   const cpu::RowView xv = cpu::row_view(x, kOp, "x");
   const cpu::RowView wv = cpu::row_view(w, kOp, "w");

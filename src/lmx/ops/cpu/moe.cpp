@@ -34,15 +34,15 @@ void moe_route(const Tensor& router_logits, int top_k, const Tensor* per_expert_
                Tensor& weights) {
   constexpr const char* kOp = "moe_route";
   cpu::require_dtype(router_logits, DType::kF32, kOp, "router_logits");
-  require<InvalidArgument>(router_logits.ndim() == 2, "moe_route: router_logits must be [T, E], got {}",
+  LMX_REQUIRE(InvalidArgument, router_logits.ndim() == 2, "moe_route: router_logits must be [T, E], got {}",
                            shape_string(router_logits.shape()));
   const cpu::RowView lv = cpu::row_view(router_logits, kOp, "router_logits");
   const int64_t tokens = lv.rows, num_experts = lv.cols;
-  require<InvalidArgument>(top_k >= 1 && top_k <= num_experts, "moe_route: top_k {} outside [1, {}]", top_k,
+  LMX_REQUIRE(InvalidArgument, top_k >= 1 && top_k <= num_experts, "moe_route: top_k {} outside [1, {}]", top_k,
                            num_experts);
   if (per_expert_scale) {
     cpu::require_weight_dtype(*per_expert_scale, kOp, "per_expert_scale");
-    require<InvalidArgument>(per_expert_scale->is_contiguous() && per_expert_scale->numel() == num_experts,
+    LMX_REQUIRE(InvalidArgument, per_expert_scale->is_contiguous() && per_expert_scale->numel() == num_experts,
                              "moe_route: per_expert_scale {} does not match {} experts",
                              shape_string(per_expert_scale->shape()), num_experts);
   }
@@ -90,18 +90,18 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
   cpu::require_dtype(weights, DType::kF32, kOp, "weights");
   cpu::require_weight_dtype(gate_up, kOp, "gate_up");
   cpu::require_weight_dtype(down, kOp, "down");
-  require<InvalidArgument>(x.ndim() == 2, "moe_experts: x must be [T, H], got {}", shape_string(x.shape()));
+  LMX_REQUIRE(InvalidArgument, x.ndim() == 2, "moe_experts: x must be [T, H], got {}", shape_string(x.shape()));
   const cpu::RowView xv = cpu::row_view(x, kOp, "x");
   const int64_t tokens = xv.rows, hidden = xv.cols;
-  require<InvalidArgument>(experts.ndim() == 2 && experts.dim(0) == tokens && experts.is_contiguous() &&
+  LMX_REQUIRE(InvalidArgument, experts.ndim() == 2 && experts.dim(0) == tokens && experts.is_contiguous() &&
                                weights.shape() == experts.shape() && weights.is_contiguous(),
                            "moe_experts: experts {} and weights {} must both be contiguous [T={}, k]",
                            shape_string(experts.shape()), shape_string(weights.shape()), tokens);
-  require<InvalidArgument>(
+  LMX_REQUIRE(InvalidArgument, 
       gate_up.ndim() == 3 && gate_up.is_contiguous() && gate_up.dim(2) == hidden && gate_up.dim(1) % 2 == 0,
       "moe_experts: gate_up must be contiguous [E, 2I, H={}], got {}", hidden, shape_string(gate_up.shape()));
   const int64_t num_experts = gate_up.dim(0), inter = gate_up.dim(1) / 2;
-  require<InvalidArgument>(down.ndim() == 3 && down.is_contiguous() && down.dim(0) == num_experts &&
+  LMX_REQUIRE(InvalidArgument, down.ndim() == 3 && down.is_contiguous() && down.dim(0) == num_experts &&
                                down.dim(1) == hidden && down.dim(2) == inter,
                            "moe_experts: down must be contiguous [E={}, H={}, I={}], got {}", num_experts,
                            hidden, inter, shape_string(down.shape()));
@@ -109,7 +109,7 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
   const int32_t* ex = experts.data<int32_t>();
   const float* wt = weights.data<float>();
   for (int64_t i = 0; i < tokens * top_k; ++i)
-    require<InvalidArgument>(ex[i] >= 0 && ex[i] < num_experts,
+    LMX_REQUIRE(InvalidArgument, ex[i] >= 0 && ex[i] < num_experts,
                              "moe_experts: expert id {} (token {}, slot {}) outside [0, {})", ex[i],
                              i / top_k, i % top_k, num_experts);
   cpu::prepare_out(out, {tokens, hidden}, DType::kF32, kOp);

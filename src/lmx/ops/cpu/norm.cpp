@@ -17,7 +17,7 @@ void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& out) {
   const uint16_t* w_bf16 = nullptr;
   if (weight) {
     cpu::require_weight_dtype(*weight, kOp, "weight");
-    require<InvalidArgument>(weight->is_contiguous() && weight->numel() == cols,
+    LMX_REQUIRE(InvalidArgument, weight->is_contiguous() && weight->numel() == cols,
                              "rms_norm: weight {} does not match x {} (last dim)",
                              shape_string(weight->shape()), shape_string(x.shape()));
     if (weight->dtype() == DType::kBF16)
@@ -28,7 +28,7 @@ void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& out) {
   if (!out.defined()) out = Tensor::zeros(x.shape(), DType::kF32);
   cpu::require_dtype(out, DType::kF32, kOp, "out");
   const cpu::RowView ov = cpu::row_view(out, kOp, "out");
-  require<InvalidArgument>(ov.rows == xv.rows && ov.cols == cols, "rms_norm: out {} does not match x {}",
+  LMX_REQUIRE(InvalidArgument, ov.rows == xv.rows && ov.cols == cols, "rms_norm: out {} does not match x {}",
                            shape_string(out.shape()), shape_string(x.shape()));
   if (cols == 0) return;
   parallel_for(xv.rows, std::max<int64_t>(1, 8192 / cols), [&](int64_t begin, int64_t end) {

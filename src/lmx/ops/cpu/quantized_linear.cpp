@@ -41,9 +41,9 @@ QuantizedMatrix quantized_matrix(const QuantizedWeight& w, int ndim, const char*
   } catch (const FormatError& e) {
     throw InvalidArgument(fmt::format("{}: {}", op, e.what()));
   }
-  require<InvalidArgument>(w.codes.ndim() == ndim, "{}: {} codes {} must be {}-D", op, what,
+  LMX_REQUIRE(InvalidArgument, w.codes.ndim() == ndim, "{}: {} codes {} must be {}-D", op, what,
                            shape_string(w.codes.shape()), ndim);
-  require<InvalidArgument>(w.codes.is_contiguous() && w.scales.is_contiguous() && w.biases.is_contiguous(),
+  LMX_REQUIRE(InvalidArgument, w.codes.is_contiguous() && w.scales.is_contiguous() && w.biases.is_contiguous(),
                            "{}: {} codes, scales and biases must be contiguous", op, what);
   QuantizedMatrix m;
   m.codes = w.codes.data<uint32_t>();
@@ -117,7 +117,7 @@ void quantized_linear(const Tensor& x, const QuantizedWeight& w, Tensor& out) {
   constexpr const char* kOp = "quantized_linear";
   const cpu::QuantizedMatrix wm = cpu::quantized_matrix(w, 2, kOp, "w");
   cpu::require_dtype(x, DType::kF32, kOp, "x");
-  require<InvalidArgument>(x.ndim() >= 1 && x.dim(-1) == wm.k,
+  LMX_REQUIRE(InvalidArgument, x.ndim() >= 1 && x.dim(-1) == wm.k,
                            "quantized_linear: x {} does not match w (K = {})", shape_string(x.shape()), wm.k);
   const cpu::RowView xv = cpu::row_view(x, kOp, "x");
   const int64_t n = w.rows();
@@ -146,7 +146,7 @@ void quantized_embedding(const QuantizedWeight& table, std::span<const int32_t> 
   const cpu::QuantizedMatrix wm = cpu::quantized_matrix(table, 2, kOp, "table");
   const int64_t vocab = table.rows(), dim = wm.k;
   for (size_t t = 0; t < ids.size(); ++t)
-    require<InvalidArgument>(ids[t] >= 0 && ids[t] < vocab,
+    LMX_REQUIRE(InvalidArgument, ids[t] >= 0 && ids[t] < vocab,
                              "quantized_embedding: token id {} (at index {}) outside [0, {})", ids[t], t,
                              vocab);
   cpu::prepare_out(out, {static_cast<int64_t>(ids.size()), dim}, DType::kF32, kOp);

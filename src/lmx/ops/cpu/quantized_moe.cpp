@@ -49,29 +49,29 @@ void quantized_moe_experts(const Tensor& x, const Tensor& experts, const Tensor&
   cpu::require_dtype(x, DType::kF32, kOp, "x");
   cpu::require_dtype(experts, DType::kI32, kOp, "experts");
   cpu::require_dtype(weights, DType::kF32, kOp, "weights");
-  require<InvalidArgument>(x.ndim() == 2, "quantized_moe_experts: x must be [T, H], got {}",
+  LMX_REQUIRE(InvalidArgument, x.ndim() == 2, "quantized_moe_experts: x must be [T, H], got {}",
                            shape_string(x.shape()));
   const cpu::RowView xv = cpu::row_view(x, kOp, "x");
   const int64_t tokens = xv.rows, hidden = xv.cols;
-  require<InvalidArgument>(
+  LMX_REQUIRE(InvalidArgument, 
       experts.ndim() == 2 && experts.dim(0) == tokens && experts.is_contiguous() &&
           weights.shape() == experts.shape() && weights.is_contiguous(),
       "quantized_moe_experts: experts {} and weights {} must both be contiguous [T={}, k]",
       shape_string(experts.shape()), shape_string(weights.shape()), tokens);
   const int64_t num_experts = gate.codes.dim(0), inter = gate.rows();
-  require<InvalidArgument>(
+  LMX_REQUIRE(InvalidArgument, 
       gate_m.k == hidden && up.codes.dim(0) == num_experts && up.rows() == inter && up_m.k == hidden,
       "quantized_moe_experts: gate [E={}, I={}, K={}] and up [{}, {}, K={}] must both be "
       "[E, I, H={}]",
       num_experts, inter, gate_m.k, up.codes.dim(0), up.rows(), up_m.k, hidden);
-  require<InvalidArgument>(down.codes.dim(0) == num_experts && down.rows() == hidden && down_m.k == inter,
+  LMX_REQUIRE(InvalidArgument, down.codes.dim(0) == num_experts && down.rows() == hidden && down_m.k == inter,
                            "quantized_moe_experts: down [E={}, N={}, K={}] must be [E={}, H={}, I={}]",
                            down.codes.dim(0), down.rows(), down_m.k, num_experts, hidden, inter);
   const int64_t top_k = experts.dim(1);
   const int32_t* ex = experts.data<int32_t>();
   const float* wt = weights.data<float>();
   for (int64_t i = 0; i < tokens * top_k; ++i)
-    require<InvalidArgument>(ex[i] >= 0 && ex[i] < num_experts,
+    LMX_REQUIRE(InvalidArgument, ex[i] >= 0 && ex[i] < num_experts,
                              "quantized_moe_experts: expert id {} (token {}, slot {}) outside [0, {})", ex[i],
                              i / top_k, i % top_k, num_experts);
   cpu::prepare_out(out, {tokens, hidden}, DType::kF32, kOp);

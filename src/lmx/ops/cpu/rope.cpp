@@ -8,11 +8,11 @@
 namespace lmx::ops {
 
 std::vector<float> rope_inv_freq(int head_dim, double theta, int rotated_pairs) {
-  require<InvalidArgument>(head_dim > 0 && head_dim % 2 == 0,
+  LMX_REQUIRE(InvalidArgument, head_dim > 0 && head_dim % 2 == 0,
                            "rope_inv_freq: head_dim {} must be positive and even", head_dim);
-  require<InvalidArgument>(rotated_pairs >= 0 && rotated_pairs <= head_dim / 2,
+  LMX_REQUIRE(InvalidArgument, rotated_pairs >= 0 && rotated_pairs <= head_dim / 2,
                            "rope_inv_freq: rotated_pairs {} outside [0, {}]", rotated_pairs, head_dim / 2);
-  require<InvalidArgument>(theta > 0.0 && std::isfinite(theta), "rope_inv_freq: theta {} must be positive",
+  LMX_REQUIRE(InvalidArgument, theta > 0.0 && std::isfinite(theta), "rope_inv_freq: theta {} must be positive",
                            theta);
   std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2), 0.0f);
   const float base = static_cast<float>(theta);
@@ -27,14 +27,14 @@ std::vector<float> rope_inv_freq(int head_dim, double theta, int rotated_pairs) 
 void apply_rope(Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq) {
   constexpr const char* kOp = "apply_rope";
   cpu::require_dtype(x, DType::kF32, kOp, "x");
-  require<InvalidArgument>(x.ndim() == 3 && x.strides()[2] == 1,
+  LMX_REQUIRE(InvalidArgument, x.ndim() == 3 && x.strides()[2] == 1,
                            "apply_rope: x must be [T, H, D] with a contiguous last dim, got {}",
                            shape_string(x.shape()));
   const int64_t tokens = x.dim(0), heads = x.dim(1), dim = x.dim(2);
-  require<InvalidArgument>(dim % 2 == 0, "apply_rope: head dim {} must be even", dim);
-  require<InvalidArgument>(static_cast<int64_t>(positions.size()) == tokens,
+  LMX_REQUIRE(InvalidArgument, dim % 2 == 0, "apply_rope: head dim {} must be even", dim);
+  LMX_REQUIRE(InvalidArgument, static_cast<int64_t>(positions.size()) == tokens,
                            "apply_rope: {} positions for x {}", positions.size(), shape_string(x.shape()));
-  require<InvalidArgument>(static_cast<int64_t>(inv_freq.size()) == dim / 2,
+  LMX_REQUIRE(InvalidArgument, static_cast<int64_t>(inv_freq.size()) == dim / 2,
                            "apply_rope: {} inv_freq entries, expected D/2 = {}", inv_freq.size(), dim / 2);
   const int64_t half = dim / 2;
   float* base = x.data<float>();
