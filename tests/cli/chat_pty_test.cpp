@@ -1,6 +1,7 @@
 // `lmx chat` driven through a pseudo-terminal with the demo model: multi-turn answers in English,
 // prefix reuse, Ctrl-C stopping an answer without leaving, Ctrl-C / EOF / /quit at the prompt, and
 // errors for bad flags.
+#include "cli/run_lmx.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -294,27 +295,13 @@ TEST(ChatPty, CtrlCOrEofAtThePromptExits) {
   }
 }
 
-struct PipeResult {
-  int exit_code = -1;
-  std::string output;
-};
+using PipeResult = test::RunResult;
 
 // Runs `lmx chat <args>` with `input` as stdin (a file, not a terminal), stdout and stderr together.
 PipeResult run_piped(const std::string& args, const std::string& input) {
   test::TempDir dir;
   std::ofstream(dir.file("input.txt")) << input;
-  std::string command = LMX_BINARY_DIR;
-  command += "/lmx chat " + args;
-  command += " < " + dir.file("input.txt") + " 2>&1";
-  PipeResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return test::run_lmx("chat " + args + " < " + dir.file("input.txt"));
 }
 
 TEST(ChatPipe, AnswersEachLineWithoutPromptAndExitsAtEof) {

@@ -1,6 +1,7 @@
 // Elementwise and row-wise f32 ops: gelu_tanh, gelu_tanh_mul, softmax, softcap, add/scale/mul, argmax.
 #include "lmx/core/thread_pool.h"
 #include "lmx/ops/cpu/checks.h"
+#include "lmx/ops/cpu/expert_groups.h"
 #include "lmx/ops/ops.h"
 
 #include <cmath>
@@ -12,15 +13,6 @@ namespace {
 // Elements per parallel chunk for cheap elementwise loops.
 constexpr int64_t kElementGrain = int64_t{1} << 15;
 
-// sqrt(2/pi) and the cubic coefficient of the tanh GELU approximation (torch's kBeta, kKappa).
-constexpr float kGeluBeta = 0.7978845608028654f;
-constexpr float kGeluKappa = 0.044715f;
-
-inline float gelu_tanh_scalar(float x) {
-  const float cube = x * x * x;
-  const float inner = kGeluBeta * (x + kGeluKappa * cube);
-  return 0.5f * x * (1.0f + std::tanh(inner));
-}
 
 float* contiguous_f32(Tensor& x, const char* op, const char* what) {
   cpu::require_dtype(x, DType::kF32, op, what);
@@ -54,7 +46,7 @@ const float* broadcast_operand(const Tensor& target, const Tensor& a, const char
 
 void gelu_tanh(Tensor& x) {
   float* p = contiguous_f32(x, "gelu_tanh", "x");
-  for_each_index(x.numel(), [p](int64_t i) { p[i] = gelu_tanh_scalar(p[i]); });
+  for_each_index(x.numel(), [p](int64_t i) { p[i] = cpu::gelu_tanh_scalar(p[i]); });
 }
 
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
@@ -78,7 +70,7 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
                    const float* gr = g.row<const float>(r);
                    const float* ur = u.row<const float>(r);
                    float* orow = o.row<float>(r);
-                   for (int64_t c = 0; c < cols; ++c) orow[c] = gelu_tanh_scalar(gr[c]) * ur[c];
+                   for (int64_t c = 0; c < cols; ++c) orow[c] = cpu::gelu_tanh_scalar(gr[c]) * ur[c];
                  }
                });
 }

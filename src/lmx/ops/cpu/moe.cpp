@@ -1,6 +1,7 @@
 // Mixture-of-experts routing (softmax top-k, renormalised, per-expert scale) and expert dispatch.
 #include "lmx/core/thread_pool.h"
 #include "lmx/ops/cpu/checks.h"
+#include "lmx/ops/cpu/expert_groups.h"
 #include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/ops.h"
 
@@ -13,15 +14,6 @@
 namespace lmx::ops {
 namespace {
 
-constexpr float kGeluBeta = 0.7978845608028654f;
-constexpr float kGeluKappa = 0.044715f;
-
-// Same formula and operation order as ops::gelu_tanh.
-inline float gelu_tanh_scalar(float x) {
-  const float cube = x * x * x;
-  const float inner = kGeluBeta * (x + kGeluKappa * cube);
-  return 0.5f * x * (1.0f + std::tanh(inner));
-}
 
 // One block of one expert's projection: rows [m0, m1) of its gathered tokens, outputs [n0, n1).
 struct ExpertTask {
@@ -108,10 +100,6 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
   const int64_t top_k = experts.dim(1);
   const int32_t* ex = experts.data<int32_t>();
   const float* wt = weights.data<float>();
-  for (int64_t i = 0; i < tokens * top_k; ++i)
-    LMX_REQUIRE(InvalidArgument, ex[i] >= 0 && ex[i] < num_experts,
-                             "moe_experts: expert id {} (token {}, slot {}) outside [0, {})", ex[i],
-                             i / top_k, i % top_k, num_experts);
   cpu::prepare_out(out, {tokens, hidden}, DType::kF32, kOp);
   float* o = out.data<float>();
   const int64_t slots = tokens * top_k;
@@ -120,23 +108,10 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
     return;
   }
 
-  // Group the (token, slot) pairs by expert: rows [start[e], start[e+1]) of the gathered buffers
-  // belong to expert e, in increasing (token, slot) order; row_of[t * k + j] is the pair's row.
-  std::vector<int64_t> start(static_cast<size_t>(num_experts + 1), 0);
-  for (int64_t i = 0; i < slots; ++i) ++start[static_cast<size_t>(ex[i]) + 1];
-  for (int64_t e = 0; e < num_experts; ++e)
-    start[static_cast<size_t>(e + 1)] += start[static_cast<size_t>(e)];
-  std::vector<int64_t> row_of(static_cast<size_t>(slots));
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t i = 0; i < slots; ++i) row_of[static_cast<size_t>(i)] = fill[static_cast<size_t>(ex[i])]++;
-  }
-  std::vector<float> gathered(static_cast<size_t>(slots * hidden));
-  parallel_for(slots, std::max<int64_t>(1, 16384 / hidden), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      std::copy_n(xv.row<const float>(i / top_k), hidden,
-                  gathered.data() + row_of[static_cast<size_t>(i)] * hidden);
-  });
+  cpu::ExpertGroups groups = cpu::group_by_expert(xv, ex, tokens, top_k, num_experts, kOp);
+  const std::vector<int64_t>& start = groups.start;
+  const std::vector<int64_t>& row_of = groups.row_of;
+  std::vector<float>& gathered = groups.gathered;  // reused as the down projection's output
 
   const bool gate_up_bf16 = gate_up.dtype() == DType::kBF16;
   const bool down_bf16 = down.dtype() == DType::kBF16;
@@ -186,7 +161,7 @@ void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, 
                [&](int64_t begin, int64_t end) {
                  for (int64_t r = begin; r < end; ++r) {
                    float* row = hbuf.data() + r * 2 * inter;
-                   for (int64_t c = 0; c < inter; ++c) row[c] = gelu_tanh_scalar(row[c]) * row[inter + c];
+                   for (int64_t c = 0; c < inter; ++c) row[c] = cpu::gelu_tanh_scalar(row[c]) * row[inter + c];
                  }
                });
   // down: ybuf[row, 0:H] = act[row] · down[e]ᵀ (gathered is reused: same shape [slots, H]).
