@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Configures and builds lmx with a CMake preset (default: release). Usage: scripts/build.sh [preset]
+# Configures and builds lmx with a CMake preset (default: release), optionally only some targets.
+# Usage: scripts/build.sh [preset] [target...]     e.g. scripts/build.sh release lmx
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"
+shift || true
 [ -f "build/$preset/build.ninja" ] || cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset"
+if (($#)); then
+  cmake --build --preset "$preset" --target "$@"
+else
+  cmake --build --preset "$preset"
+fi
