@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include "bench_support.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -21,24 +23,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Best-of-`reps` seconds per call of fn, after one warm-up call; each rep runs fn `inner` times.
-template <typename Fn>
-double best_seconds(int reps, int inner, Fn fn) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = Clock::now();
-    for (int i = 0; i < inner; ++i) fn();
-    best = std::min(best, seconds_since(start) / inner);
-  }
-  return best;
-}
+using namespace lmx::bench;
 
 lmx::Tensor random_weights(int64_t n, int64_t k, lmx::DType dtype, uint64_t seed) {
   lmx::Tensor w = lmx::Tensor::zeros({n, k}, dtype);
@@ -57,33 +42,6 @@ lmx::Tensor random_weights(int64_t n, int64_t k, lmx::DType dtype, uint64_t seed
   return w;
 }
 
-// Read bandwidth: a wrapping integer sum over a 1 GiB buffer split over the pool. Each chunk is read
-// as 8 interleaved streams (like a GEMV tile reading 8 weight rows), which a core needs to keep
-// enough cache misses in flight; integer adds vectorise, so the adder is never the limit.
-double read_bandwidth_gbs(int reps) {
-  constexpr int64_t kStreams = 8;
-  const int64_t count = (int64_t{1} << 30) / sizeof(uint64_t);
-  std::vector<uint64_t> buffer(static_cast<size_t>(count));
-  lmx::parallel_for(count, 1 << 20, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) buffer[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
-  });
-  std::atomic<uint64_t> sink{0};
-  const double s = best_seconds(reps, 1, [&] {
-    lmx::parallel_for(count, 1 << 20, [&](int64_t b, int64_t e) {
-      const int64_t len = (e - b) / kStreams;
-      const uint64_t* p = buffer.data() + b;
-      uint64_t sums[kStreams] = {};
-      for (int64_t i = 0; i < len; ++i)
-        for (int64_t s = 0; s < kStreams; ++s) sums[s] += p[s * len + i];
-      uint64_t sum = 0;
-      for (int64_t s = 0; s < kStreams; ++s) sum += sums[s];
-      for (int64_t i = kStreams * len; i < e - b; ++i) sum += p[i];
-      sink += sum;
-    });
-  });
-  if (sink.load() == 42) fmt::print("");  // keeps the sums observable
-  return static_cast<double>(count * sizeof(uint64_t)) / s / 1e9;
-}
 
 struct Row {
   std::string name;
@@ -124,9 +82,10 @@ int main(int argc, char** argv) {
   fmt::print("lmx ops bench: {} threads ({} hardware)\n\n", lmx::default_pool().threads(),
              std::thread::hardware_concurrency());
 
-  const double bandwidth = read_bandwidth_gbs(5);
-  fmt::print("memory read bandwidth (sum over 1 GiB, {} threads): {:.1f} GB/s\n\n",
-             lmx::default_pool().threads(), bandwidth);
+  const Bandwidth best = read_bandwidth(lmx::default_pool().threads(), 5);
+  const double bandwidth = best.gbs;
+  fmt::print("memory read bandwidth (best of 5 passes over 1 GiB): {:.1f} GB/s ({} thread(s) × {} streams)\n\n",
+             bandwidth, best.threads, best.streams);
 
   std::vector<Row> rows;
   using lmx::DType;
