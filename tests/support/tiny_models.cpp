@@ -1,18 +1,21 @@
 // Tiny Gemma 4 configs for tests, written as synthetic checkpoints.
 #include "support/tiny_models.h"
 
+#include "lmx/model/convert.h"
 #include "lmx/model/synthetic.h"
 #include "support/test_support.h"
 
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace lmx::test {
 
-std::vector<std::string> tiny_config_names() { return {"e2b", "moe", "dense"}; }
+std::vector<std::string> tiny_config_names() { return {"e2b", "moe", "dense", "e2b-q4", "moe-q4"}; }
 
-nlohmann::json tiny_config(const std::string& name) {
+nlohmann::json tiny_config(const std::string& requested) {
+  const std::string name = requested.substr(0, requested.find("-q4"));
   nlohmann::json c = {
       {"model_type", "gemma4_text"}, {"vocab_size", 300}, {"hidden_size", 64}, {"intermediate_size", 96},
       {"num_attention_heads", 4}, {"head_dim", 16}, {"global_head_dim", 32}, {"rms_norm_eps", 1e-6},
@@ -48,7 +51,9 @@ std::string tiny_model_dir(const std::string& name) {
   auto& dir = dirs[name];
   if (!dir) {
     dir = std::make_unique<TempDir>();
-    write_synthetic_gemma4(tiny_config(name), dir->path(), /*seed=*/17);
+    std::optional<QuantizeOptions> quantize;
+    if (name.size() > 3 && name.substr(name.size() - 3) == "-q4") quantize = parse_quantize_spec("4:32");
+    write_synthetic_gemma4(tiny_config(name), dir->path(), /*seed=*/17, quantize ? &*quantize : nullptr);
   }
   return dir->path();
 }

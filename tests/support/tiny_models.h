@@ -10,7 +10,8 @@
 namespace lmx::test {
 
 // Names: "e2b" (PLE, KV sharing, double-wide MLP, one KV head), "moe" (MoE, k_eq_v, separate
-// global KV heads), "dense" (k_eq_v, no softcapping).
+// global KV heads), "dense" (k_eq_v, no softcapping); "e2b-q4" and "moe-q4" are the same shapes
+// MLX-quantized at 4 bits, group 32 (modules whose input is not a multiple of 32 stay dense).
 std::vector<std::string> tiny_config_names();
 nlohmann::json tiny_config(const std::string& name);
 // Writes the synthetic checkpoint once per process into a temp dir and returns its path.
