@@ -1,5 +1,7 @@
 // Gemma 4 config resolution: layer specs, KV-sharing donors, both full-layer override forms.
 #include "lmx/model/gemma4_config.h"
+
+#include <fmt/format.h>
 #include "lmx/model/synthetic.h"
 #include "support/tiny_models.h"
 
@@ -40,7 +42,7 @@ TEST(Gemma4Config, PerLayerConfigFormEqualsGlobalForm) {
   per_layer["per_layer_config"] = nlohmann::json::object();
   for (size_t i = 0; i < per_layer["layer_types"].size(); ++i)
     if (per_layer["layer_types"][i] == "full_attention")
-      per_layer["per_layer_config"][(i < 10 ? "0" : "") + std::to_string(i)] = {{"head_dim", 512}, {"num_key_value_heads", 2}};
+      per_layer["per_layer_config"][fmt::format("{:02d}", i)] = {{"head_dim", 512}, {"num_key_value_heads", 2}};
   Gemma4Config a = Gemma4Config::from_json(global, global, "global");
   Gemma4Config b = Gemma4Config::from_json(per_layer, per_layer, "per_layer");
   ASSERT_EQ(a.layers.size(), b.layers.size());
