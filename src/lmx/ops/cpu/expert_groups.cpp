@@ -29,4 +29,31 @@ ExpertGroups group_by_expert(const RowView& x, const int32_t* experts, int64_t t
   return g;
 }
 
+void geglu_rows_inplace(float* hbuf, int64_t slots, int64_t inter) {
+  parallel_for(slots, std::max<int64_t>(1, 16384 / std::max<int64_t>(inter, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = hbuf + r * 2 * inter;
+      for (int64_t c = 0; c < inter; ++c) row[c] = gelu_tanh_scalar(row[c]) * row[inter + c];
+    }
+  });
+}
+
+void combine_expert_outputs(const ExpertGroups& groups, const float* y, const float* weights, int64_t tokens,
+                            int64_t top_k, int64_t hidden, float* out) {
+  parallel_for(tokens, std::max<int64_t>(1, 16384 / std::max<int64_t>(hidden * top_k, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* orow = out + t * hidden;
+      std::fill(orow, orow + hidden, 0.0f);
+      for (int64_t j = 0; j < top_k; ++j) {
+        const float w = weights[t * top_k + j];
+        const float* yrow = y + groups.row_of[static_cast<size_t>(t * top_k + j)] * hidden;
+        for (int64_t c = 0; c < hidden; ++c) {
+          const float term = w * yrow[c];
+          orow[c] = orow[c] + term;
+        }
+      }
+    }
+  });
+}
+
 }  // namespace lmx::ops::cpu

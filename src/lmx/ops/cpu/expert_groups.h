@@ -35,4 +35,12 @@ struct ExpertGroups {
 ExpertGroups group_by_expert(const RowView& x, const int32_t* experts, int64_t tokens, int64_t top_k,
                              int64_t num_experts, const char* op);
 
+// act = gelu_tanh(gate) · up per row of hbuf ([slots, 2I]: gate then up), written over the gate half.
+void geglu_rows_inplace(float* hbuf, int64_t slots, int64_t inter);
+
+// out[t] = Σ_j weights[t, j] · y[row_of[t·k + j]] in slot order (y: [slots, hidden] expert outputs).
+// The fixed order keeps a token's result independent of the other tokens of the call.
+void combine_expert_outputs(const ExpertGroups& groups, const float* y, const float* weights, int64_t tokens,
+                            int64_t top_k, int64_t hidden, float* out);
+
 }  // namespace lmx::ops::cpu

@@ -72,7 +72,6 @@ void quantized_moe_experts(const Tensor& x, const Tensor& experts, const Tensor&
 
   cpu::ExpertGroups groups = cpu::group_by_expert(xv, ex, tokens, top_k, num_experts, kOp);
   const std::vector<int64_t>& start = groups.start;
-  const std::vector<int64_t>& row_of = groups.row_of;
   std::vector<float>& gathered = groups.gathered;  // reused as the down projection's output
 
   // Runs projections for every expert with tokens: the tasks of all experts (and projections) share
@@ -121,34 +120,14 @@ void quantized_moe_experts(const Tensor& x, const Tensor& experts, const Tensor&
          Projection{ux.data, ux.stride, up_m, inter, hbuf.data() + inter, 2 * inter}});
   }
   // act = gelu_tanh(gate) * up, written over the gate half of each hbuf row.
-  parallel_for(slots, std::max<int64_t>(1, 16384 / std::max<int64_t>(inter, 1)),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t r = begin; r < end; ++r) {
-                   float* row = hbuf.data() + r * 2 * inter;
-                   for (int64_t c = 0; c < inter; ++c) row[c] = cpu::gelu_tanh_scalar(row[c]) * row[inter + c];
-                 }
-               });
+  cpu::geglu_rows_inplace(hbuf.data(), slots, inter);
   // down: ybuf[row, 0:H] = down_e · act[row] (gathered is reused: same shape [slots, H]).
   float* ybuf = gathered.data();
   {
     const cpu::PreparedRows act = cpu::prepare_rows(hbuf.data(), 2 * inter, slots, inter, down.bits);
     run({Projection{act.data, act.stride, down_m, hidden, ybuf, hidden}});
   }
-  // out[t] = Σ_j weights[t, j] * y[t, j] in slot order.
-  parallel_for(tokens, std::max<int64_t>(1, 16384 / (hidden * top_k)), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* orow = o + t * hidden;
-      std::fill(orow, orow + hidden, 0.0f);
-      for (int64_t j = 0; j < top_k; ++j) {
-        const float w = wt[t * top_k + j];
-        const float* y = ybuf + row_of[static_cast<size_t>(t * top_k + j)] * hidden;
-        for (int64_t c = 0; c < hidden; ++c) {
-          const float term = w * y[c];
-          orow[c] = orow[c] + term;
-        }
-      }
-    }
-  });
+  cpu::combine_expert_outputs(groups, ybuf, wt, tokens, top_k, hidden, o);
 }
 
 }  // namespace lmx::ops
