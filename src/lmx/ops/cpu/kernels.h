@@ -2,6 +2,8 @@
 // the threaded linear drivers shared by linear, moe_experts and their quantized forms. Not public.
 #pragma once
 
+#include "lmx/core/thread_pool.h"
+
 #include "lmx/core/dtype.h"
 
 #include <cstdint>
@@ -42,6 +44,22 @@ struct LinearTiling {
   void block(int64_t task, int64_t& m0, int64_t& m1, int64_t& n0, int64_t& n1) const;
 };
 LinearTiling linear_tiling(int64_t m, int64_t n);
+
+// Runs block(m0, m1, n0, n1) for every task of `tiling` over the default pool, with chunks of at least
+// ~2^18 multiply-adds (k per output) so small problems are not split across threads.
+template <typename Block>
+void run_tiles(const LinearTiling& tiling, int64_t k, Block&& block) {
+  constexpr int64_t kMinMacsPerChunk = int64_t{1} << 18;
+  const int64_t macs_per_task = tiling.m_block * tiling.n_block * (k > 1 ? k : 1);
+  const int64_t grain = kMinMacsPerChunk / macs_per_task > 1 ? kMinMacsPerChunk / macs_per_task : 1;
+  parallel_for(tiling.tasks(), grain, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      int64_t m0, m1, n0, n1;
+      tiling.block(task, m0, m1, n0, n1);
+      block(m0, m1, n0, n1);
+    }
+  });
+}
 
 // out[0:m, 0:n] over the default thread pool (values as linear_block).
 void linear_threaded(const LinearArgs& args, int64_t m, int64_t n);

@@ -16,8 +16,6 @@ constexpr int64_t kGemvRowsPerTask = 16;
 // weight rows (a multiple of every target's tile width).
 constexpr int64_t kMaxRowsPerTask = 64;
 constexpr int64_t kWeightRowsPerTask = 48;
-// A chunk handed to one thread does at least this many multiply-adds (thread wake-up is ~µs).
-constexpr int64_t kMinMacsPerChunk = int64_t{1} << 18;
 }  // namespace
 
 void LinearTiling::block(int64_t task, int64_t& m0, int64_t& m1, int64_t& n0, int64_t& n1) const {
@@ -45,16 +43,8 @@ LinearTiling linear_tiling(int64_t m, int64_t n) {
 
 void linear_threaded(const LinearArgs& args, int64_t m, int64_t n) {
   if (m <= 0 || n <= 0) return;
-  const LinearTiling tiling = linear_tiling(m, n);
-  const int64_t macs_per_task = tiling.m_block * tiling.n_block * std::max<int64_t>(args.k, 1);
-  const int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_task);
-  parallel_for(tiling.tasks(), grain, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      int64_t m0, m1, n0, n1;
-      tiling.block(task, m0, m1, n0, n1);
-      linear_block(args, m0, m1, n0, n1);
-    }
-  });
+  run_tiles(linear_tiling(m, n), args.k,
+            [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) { linear_block(args, m0, m1, n0, n1); });
 }
 
 }  // namespace cpu

@@ -31,8 +31,6 @@ constexpr int64_t kDecodeRowsPerTask = 32;
 // dequantized panel is reused by all the task's x rows.
 constexpr int64_t kMaxRowsPerTask = 64;
 constexpr int64_t kPanelRowsPerTask = 48;
-// A chunk handed to one thread does at least this many multiply-adds.
-constexpr int64_t kMinMacsPerChunk = int64_t{1} << 18;
 }  // namespace
 
 QuantizedMatrix quantized_matrix(const QuantizedWeight& w, int ndim, const char* op, const char* what) {
@@ -99,16 +97,8 @@ LinearTiling quantized_linear_tiling(int64_t m, int64_t n) {
 
 void quantized_linear_threaded(const QuantizedLinearArgs& args, int64_t m, int64_t n) {
   if (m <= 0 || n <= 0) return;
-  const LinearTiling tiling = quantized_linear_tiling(m, n);
-  const int64_t macs_per_task = tiling.m_block * tiling.n_block * std::max<int64_t>(args.w.k, 1);
-  const int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_task);
-  parallel_for(tiling.tasks(), grain, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      int64_t m0, m1, n0, n1;
-      tiling.block(task, m0, m1, n0, n1);
-      quantized_linear_block(args, m0, m1, n0, n1);
-    }
-  });
+  run_tiles(quantized_linear_tiling(m, n), args.w.k,
+            [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) { quantized_linear_block(args, m0, m1, n0, n1); });
 }
 
 }  // namespace cpu
