@@ -20,15 +20,6 @@ void head_norm(Tensor& x, int heads, int head_dim, const Tensor* weight, float e
 
 Tensor linear(const Tensor& x, const Weight& w) { return apply_linear(x, w); }
 
-// x[t, :] *= scale[:] for a [D] weight (f32 or bf16).
-void scale_columns(Tensor& x, const Tensor& scale) {
-  Tensor s = scale.to(DType::kF32);
-  const float* sv = s.data<float>();
-  float* xv = x.data<float>();
-  const int64_t rows = x.dim(0), cols = x.dim(1);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) xv[r * cols + c] *= sv[c];
-}
 }  // namespace
 
 std::unique_ptr<Gemma4Model> Gemma4Model::load(const std::string& dir) {
@@ -175,7 +166,7 @@ Tensor Gemma4Model::forward(std::span<const StepRow> rows, bool all_positions) {
       // Router reads the residual stream itself.
       Tensor routed = Tensor::zeros({tokens, hidden}, DType::kF32);
       ops::rms_norm(x, nullptr, eps, routed);
-      scale_columns(routed, w.router_scale);
+      ops::mul_inplace(routed, w.router_scale);
       ops::scale_inplace(routed, 1.0f / std::sqrt(static_cast<float>(hidden)));
       Tensor router_logits = linear(routed, w.router_proj);
       Tensor experts = Tensor::zeros({tokens, config_.top_k_experts}, DType::kI32);

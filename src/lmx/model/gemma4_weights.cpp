@@ -172,7 +172,7 @@ Gemma4Weights Gemma4Weights::bind(const Checkpoint& checkpoint, const Gemma4Conf
     if (s.moe) {
       const int64_t E = c.num_experts;
       lw.router_proj = b.weight(l + "router.proj", {E, H});
-      lw.router_scale = b.tensor(l + "router.scale", {H});
+      lw.router_scale = b.tensor(l + "router.scale", {H}).to(DType::kF32);  // f32 once, not per step
       lw.router_per_expert_scale = b.tensor(l + "router.per_expert_scale", {E});
       bind_experts(b, l, c, lw, checkpoint.dir());
       lw.pre_feedforward_layernorm_2 = b.tensor(l + "pre_feedforward_layernorm_2.weight", {H});

@@ -21,7 +21,8 @@ struct Gemma4LayerWeights {
   Weight gate_proj, up_proj, down_proj;  // dense MLP
   // MoE block (when the layer has one).
   Weight router_proj;
-  Tensor router_scale, router_per_expert_scale;
+  Tensor router_scale;  // f32 copy ([H], tiny) so the forward multiplies without converting
+  Tensor router_per_expert_scale;
   // Experts: dense as gate_up [E, 2I, H] (gate rows first) + down [E, H, I]; quantized as MLX switch_glu
   // stacks gate [E, I, H], up [E, I, H], down [E, H, I].
   Weight experts_gate_up, experts_gate, experts_up, experts_down;
