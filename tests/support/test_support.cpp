@@ -10,7 +10,10 @@
 namespace lmx::test {
 
 std::string source_path(const std::string& relative) {
-  return std::string(LMX_SOURCE_DIR) + "/" + relative;
+  // LMX_SOURCE_DIR in the environment wins over the configure-time path (tests run from a copy of
+  // the tree, e.g. on the GPU machine).
+  const char* env = std::getenv("LMX_SOURCE_DIR");
+  return std::string(env != nullptr && *env != '\0' ? env : LMX_SOURCE_DIR) + "/" + relative;
 }
 
 TempDir::TempDir() {

@@ -1,0 +1,47 @@
+// CUDA attention over a device KV cache: bf16 K/V storage, f32 queries and outputs, f32 softmax.
+//
+// Storage: each (sequence, cache layer) owns k and v arrays [capacity, kv_heads, head_dim] bf16; the
+// key/value of the token at position p lives at slot p (full history; sliding-window layers mask).
+// Conventions: see elementwise.h. Lengths and positions are read from device memory, so a decode
+// step can be captured once as a CUDA graph and replayed with new values.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lmx::cuda {
+
+// One attention call over a ragged batch: T query tokens, each belonging to one of S sequences.
+struct AttentionBatch {
+  const float* q = nullptr;        // [T, heads, head_dim] f32; token t at q + t * q_stride
+  int64_t q_stride = 0;
+  float* out = nullptr;            // [T, heads, head_dim] f32 contiguous
+  int64_t tokens = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;  // heads % kv_heads == 0; head_dim ≤ 512, multiple of 32
+  const int32_t* q_pos = nullptr;  // [T] position of each query token
+  const int32_t* q_seq = nullptr;  // [T] sequence index of each query token, in [0, S)
+  const uint16_t* const* k = nullptr;  // [S] device array of device pointers to bf16 k storage
+  const uint16_t* const* v = nullptr;  // [S] ... v storage
+  const int32_t* kv_len = nullptr;     // [S] stored tokens (slots [0, kv_len) are valid)
+  int64_t max_kv_len = 0;  // host-side upper bound on every kv_len (sizes the split-KV grid)
+  int window = 0;          // > 0: key j visible to a query at p iff p - j < window
+  float scale = 1.0f;      // scores = scale * (q · k)
+};
+
+// out[t, h] = Σ_j softmax_j(scale * q[t,h]·k[j, h/g]) v[j, h/g] over visible keys j: j ≤ q_pos[t],
+// j < kv_len[seq], and the window. A query with no visible key gets zeros. Picks flash-decoding
+// (split-KV, for few query tokens per sequence) or tiled flash attention (prefill) internally; each
+// query's result does not depend on the other queries in the call.
+void attention(const AttentionBatch& batch, float* partials, size_t partials_bytes, cudaStream_t stream);
+// Bytes of `partials` scratch that attention() needs for this batch shape.
+size_t attention_partials_bytes(const AttentionBatch& batch);
+
+// Writes new keys/values into the caches: for token t (sequence q_seq[t], position q_pos[t]),
+// k_store[q_seq[t]][q_pos[t], :, :] = bf16(k[t]) (round to nearest even), likewise v.
+// k, v f32 [T, kv_heads, head_dim] with token strides k_stride / v_stride.
+void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens, int kv_heads,
+               int head_dim, const int32_t* q_pos, const int32_t* q_seq, uint16_t* const* k_store,
+               uint16_t* const* v_store, cudaStream_t stream);
+
+}  // namespace lmx::cuda

@@ -1,0 +1,38 @@
+// Checked CUDA runtime and cuBLAS calls: every failure becomes an lmx::CudaError naming the call,
+// the error and the source line. Kernel launches are checked with LMX_CUDA_CHECK_LAUNCH().
+#pragma once
+
+#include "lmx/core/error.h"
+
+#include <cuda_runtime.h>
+
+namespace lmx {
+
+// A CUDA runtime, driver or library call failed (out of memory, bad launch, no device, ...).
+class CudaError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace cuda {
+[[noreturn]] void throw_cuda_error(cudaError_t error, const char* expr, const char* file, int line);
+[[noreturn]] void throw_cublas_error(int status, const char* expr, const char* file, int line);
+}  // namespace cuda
+
+}  // namespace lmx
+
+#define LMX_CUDA_CHECK(expr)                                                              \
+  do {                                                                                    \
+    const cudaError_t lmx_cuda_error_ = (expr);                                           \
+    if (lmx_cuda_error_ != cudaSuccess) [[unlikely]]                                      \
+      ::lmx::cuda::throw_cuda_error(lmx_cuda_error_, #expr, __FILE__, __LINE__);          \
+  } while (0)
+
+#define LMX_CUDA_CHECK_LAUNCH() LMX_CUDA_CHECK(cudaGetLastError())
+
+#define LMX_CUBLAS_CHECK(expr)                                                            \
+  do {                                                                                    \
+    const int lmx_cublas_status_ = static_cast<int>(expr);                                \
+    if (lmx_cublas_status_ != 0) [[unlikely]]                                             \
+      ::lmx::cuda::throw_cublas_error(lmx_cublas_status_, #expr, __FILE__, __LINE__);     \
+  } while (0)

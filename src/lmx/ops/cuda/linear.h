@@ -1,0 +1,68 @@
+// CUDA projections: dense (f32/bf16 weights, cuBLASLt) and MLX affine-quantized (own kernels), plus
+// the mixture-of-experts routing and expert dispatch built on them.
+//
+// Conventions: see elementwise.h. x is f32 [M, K] with row stride x_stride; out is f32 [M, N] with
+// row stride out_stride; accumulation is f32. Tensor-core paths round x to bf16 on the way in.
+// Batch invariance: out[m, :] does not depend on M or on the other rows of x (the reduction order of
+// an output depends only on the weight's shape); tests check this bit for bit.
+#pragma once
+
+#include "lmx/core/dtype.h"
+#include "lmx/ops/cuda/context.h"
+
+#include <cstdint>
+
+namespace lmx::cuda {
+
+// A dense weight resident on the device: [batch, rows, cols] (batch = experts, 1 for a plain matrix),
+// row-major with contiguous rows (torch nn.Linear layout: rows = output features N, cols = K).
+struct DeviceDense {
+  const void* data = nullptr;
+  DType dtype = DType::kBF16;  // kF32 or kBF16
+  int64_t batch = 1, rows = 0, cols = 0;
+};
+
+// An MLX affine-quantized weight resident on the device, exactly the checkpoint's layout:
+// codes uint32 [batch, rows, cols * bits / 32] (code j of a row at bit j*bits of the row's words,
+// little-endian, straddling words for 3/5/6 bits); scales and biases [batch, rows, cols / group_size]
+// of scale_dtype (kBF16, kF16 or kF32); w = scale * code + bias.
+struct DeviceQuantized {
+  const uint32_t* codes = nullptr;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  DType scale_dtype = DType::kBF16;
+  int bits = 4, group_size = 64;
+  int64_t batch = 1, rows = 0, cols = 0;
+};
+
+// out = x · Wᵀ for a dense weight (batch must be 1).
+void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out, int64_t out_stride,
+                  CudaContext& ctx);
+
+// out = x · Wᵀ for a quantized weight (batch must be 1); every bits value 2, 3, 4, 5, 6, 8 and group
+// 32/64/128; fast paths for 4 and 8 bits (decode: near HBM bandwidth; prefill: tensor cores).
+void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
+                      int64_t out_stride, CudaContext& ctx);
+
+// out[t, :] = dequantized row ids[t] of a quantized [vocab, dim] table, times scale.
+void quantized_embedding(const DeviceQuantized& table, const int32_t* ids, int64_t count, float scale, float* out,
+                         int64_t out_stride, cudaStream_t stream);
+
+// MoE routing (ops::moe_route's contract): p = softmax(logits[t, :E]); top-k (ties → lower index);
+// renormalise to sum 1; multiply by per_expert_scale[e] (f32 [E] or nullptr). experts [T, k] int32
+// and weights [T, k] f32, each row by descending probability.
+void moe_route(const float* logits, int64_t tokens, int num_experts, int top_k, const float* per_expert_scale,
+               int32_t* experts, float* weights, cudaStream_t stream);
+
+// Expert dispatch (ops::moe_experts's contract): out[t] = Σ_j weights[t,j] * down_e(gelu_tanh(gate_e(x[t])) *
+// up_e(x[t])), e = experts[t, j], the sum over j in the row's order. Quantized experts: gate and up
+// [E, I, H] (separate, MLX switch_glu), down [E, H, I]. x [T, H] f32 contiguous, out [T, H].
+// Expert ids are read from device memory (graph-safe); tokens are grouped by expert on the device.
+void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
+                           const DeviceQuantized& gate, const DeviceQuantized& up, const DeviceQuantized& down,
+                           float* out, CudaContext& ctx);
+// Same for dense experts: gate_up [E, 2I, H] (first I rows gate, next I rows up), down [E, H, I].
+void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
+                       const DeviceDense& gate_up, const DeviceDense& down, float* out, CudaContext& ctx);
+
+}  // namespace lmx::cuda
