@@ -2,7 +2,7 @@
 #include "commands.h"
 
 #include "lmx/core/thread_pool.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
 #include "lmx/ops/ops.h"
 
 #include <nlohmann/json.hpp>
@@ -18,7 +18,7 @@ namespace lmx::cli {
 
 Verb add_bench(CLI::App& app) {
   struct Options {
-    std::string model;
+    std::string model, device;
     int prompt_tokens = 128, gen_tokens = 32, threads = 0;
     bool json = false;
   };
@@ -29,11 +29,12 @@ Verb add_bench(CLI::App& app) {
   cmd->add_option("--gen-tokens", opt->gen_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
   cmd->add_flag("--json", opt->json, "Print results as JSON");
+  add_device_option(cmd, opt->device);
   return {cmd, [opt] {
             using Clock = std::chrono::steady_clock;
             apply_threads(opt->threads);
             auto load_start = Clock::now();
-            auto model = Gemma4Model::load(opt->model);
+            auto model = load_language_model(opt->model, opt->device);
             double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
             const int vocab = model->config().vocab_size;
             std::mt19937 rng(1234);
@@ -43,15 +44,13 @@ Verb add_bench(CLI::App& app) {
             auto seq = model->new_sequence();
             auto start = Clock::now();
             StepRow row{seq.get(), prompt};
-            Tensor logits = model->forward({&row, 1});
+            int32_t token = model->forward_argmax({&row, 1})[0];
             double prefill_s = std::chrono::duration<double>(Clock::now() - start).count();
 
-            int32_t token = ops::argmax({logits.data<float>(), static_cast<size_t>(vocab)});
             start = Clock::now();
             for (int i = 0; i < opt->gen_tokens; ++i) {
               StepRow step{seq.get(), {&token, 1}};
-              logits = model->forward({&step, 1});
-              token = ops::argmax({logits.data<float>(), static_cast<size_t>(vocab)});
+              token = model->forward_argmax({&step, 1})[0];
             }
             double decode_s = std::chrono::duration<double>(Clock::now() - start).count();
 
@@ -61,6 +60,7 @@ Verb add_bench(CLI::App& app) {
             const double bytes_per_token = static_cast<double>(model->weight_bytes_per_token());
             const double prefill_tok_s = opt->prompt_tokens / prefill_s, decode_tok_s = opt->gen_tokens / decode_s;
             nlohmann::json out = {{"model", opt->model},
+                                  {"device", model->device_description()},
                                   {"threads", default_pool().threads()},
                                   {"load_s", load_s},
                                   {"prompt_tokens", opt->prompt_tokens},
@@ -73,8 +73,8 @@ Verb add_bench(CLI::App& app) {
             if (opt->json) {
               std::printf("%s\n", out.dump().c_str());
             } else {
-              std::printf("model            %s\nthreads          %d\nload             %.2f s\n", opt->model.c_str(),
-                          default_pool().threads(), load_s);
+              std::printf("model            %s\ndevice           %s\nthreads          %d\nload             %.2f s\n",
+                          opt->model.c_str(), model->device_description().c_str(), default_pool().threads(), load_s);
               std::printf("prefill          %d tokens, %.2f tok/s\n", opt->prompt_tokens, prefill_tok_s);
               std::printf("decode           %d tokens, %.2f tok/s\n", opt->gen_tokens, decode_tok_s);
               std::printf("weights/token    %.3f GB (%.2f GB/s at the decode rate)\n", bytes_per_token / 1e9,

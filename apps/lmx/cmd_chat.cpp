@@ -6,6 +6,7 @@
 #include "lmx/engine/chat_session.h"
 #include "lmx/engine/sampler.h"
 #include "lmx/io/model_dir.h"
+#include "lmx/model/language_model.h"
 #include "lmx/text/chat_template.h"
 #include "lmx/text/detokenizer.h"
 #include "lmx/text/tokenizer.h"
@@ -85,7 +86,7 @@ void write_out(const std::string& text) {
 }
 
 struct ChatOptions {
-  std::string model, system;
+  std::string model, system, device;
   float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
   int top_k = 0, max_tokens = 512, threads = 0;
   uint64_t seed = 0;
@@ -106,7 +107,7 @@ class Chat {
         tokenizer_(Tokenizer::load(dir)),
         template_(require_template(tokenizer_, dir)),
         sampler_(sampling_params(options, dir)),
-        model_(Gemma4Model::load(dir)),
+        model_(load_language_model(dir, options.device)),
         session_(*model_, kPrefillChunkTokens) {
     // Stop at every end token the model directory names (Gemma 4: <eos> and <turn|>).
     stop_ids_ = load_generation_config(dir).eos_token_ids;
@@ -235,7 +236,7 @@ class Chat {
   Tokenizer tokenizer_;
   ChatTemplate template_;
   Sampler sampler_;
-  std::unique_ptr<Gemma4Model> model_;
+  std::unique_ptr<LanguageModel> model_;
   ChatSession session_;
   std::vector<int32_t> stop_ids_;
   int64_t context_tokens_ = 0;  // max_position_embeddings; 0 = unknown
@@ -302,6 +303,7 @@ Verb add_chat(CLI::App& app) {
   opt->seed_flag = cmd->add_option("--seed", opt->seed, "Random seed (reproducible answers)");
   cmd->add_option("--max-tokens", opt->max_tokens, "Most tokens per answer")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
+  add_device_option(cmd, opt->device);
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at end-of-turn tokens (tests, benchmarks)");
   cmd->add_flag("--stats", opt->stats,
                 "Print prompt/answer token counts and speeds after each answer (stderr)");

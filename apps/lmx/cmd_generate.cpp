@@ -17,7 +17,7 @@ namespace lmx::cli {
 
 Verb add_generate(CLI::App& app) {
   struct Options {
-    std::string model, prompt_ids, prompt, chat;
+    std::string model, prompt_ids, prompt, chat, device;
     int max_tokens = 32, threads = 0, prefill_chunk = 0;
     bool json = false;
   };
@@ -34,6 +34,7 @@ Verb add_generate(CLI::App& app) {
   cmd->add_option("--prefill-chunk", opt->prefill_chunk, "Prefill the prompt in chunks of N tokens (0 = one step)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
+  add_device_option(cmd, opt->device);
   cmd->add_flag("--json", opt->json, "Print {\"tokens\", \"text\", \"prompt_tok_s\", \"decode_tok_s\"} as JSON");
   return {cmd, [opt, ids, raw, chat] {
             if (!ids->count() && !raw->count() && !chat->count())
@@ -53,7 +54,7 @@ Verb add_generate(CLI::App& app) {
               std::string rendered = render_chat(*tokenizer, messages, nullptr, true, std::nullopt);
               prompt = tokenizer->encode(rendered, /*add_special_tokens=*/false);  // the template wrote <bos>
             }
-            auto model = Gemma4Model::load(opt->model);
+            auto model = load_language_model(opt->model, opt->device);
             GenerationConfig generation = load_generation_config(opt->model);
             GreedyOptions options;
             options.max_new_tokens = opt->max_tokens;

@@ -2,7 +2,7 @@
 #include "commands.h"
 
 #include "lmx/core/error.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
 
 #include <cstdio>
 #include <cstring>
@@ -34,7 +34,7 @@ void write_npy(const std::string& path, const float* data, int64_t rows, int64_t
 
 Verb add_logits(CLI::App& app) {
   struct Options {
-    std::string model, prompt_ids, out;
+    std::string model, prompt_ids, out, device;
     int prefill_chunk = 0, threads = 0;
   };
   auto opt = std::make_shared<Options>();
@@ -45,11 +45,12 @@ Verb add_logits(CLI::App& app) {
   cmd->add_option("--prefill-chunk", opt->prefill_chunk, "Feed the prompt in chunks of N tokens (0 = one step)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
+  add_device_option(cmd, opt->device);
   return {cmd, [opt] {
             apply_threads(opt->threads);
             std::vector<int32_t> prompt = parse_ids(opt->prompt_ids);
             LMX_REQUIRE(InvalidArgument, !prompt.empty(), "--prompt-ids is empty");
-            auto model = Gemma4Model::load(opt->model);
+            auto model = load_language_model(opt->model, opt->device);
             auto seq = model->new_sequence();
             const int64_t vocab = model->config().vocab_size, total = static_cast<int64_t>(prompt.size());
             std::vector<float> all(static_cast<size_t>(total * vocab));

@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace lmx {
 class Tokenizer;
+class LanguageModel;
 }
 
 namespace lmx::cli {
@@ -32,6 +34,14 @@ Verb add_tokenize(CLI::App& app);
 Verb add_detokenize(CLI::App& app);
 Verb add_template(CLI::App& app);
 Verb add_chat(CLI::App& app);
+Verb add_info(CLI::App& app);
+
+// Adds --device (cpu | cuda | cuda:N | auto; default auto) to a model-running verb.
+void add_device_option(CLI::App* command, std::string& device);
+// Loads a model directory on a device named as --device takes it. "auto" picks cuda:0 when the CUDA
+// backend is compiled in and a GPU is visible, else the CPU. Unknown names, missing GPUs and a build
+// without CUDA are errors naming the device.
+std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const std::string& device);
 
 // Parses "2,105,7" into token ids; throws InvalidArgument naming the bad item.
 std::vector<int32_t> parse_ids(const std::string& csv);

@@ -6,12 +6,13 @@
 #include <cstdio>
 
 int main(int argc, char** argv) {
-  CLI::App app{"lmx — a native LLM engine (Gemma 4 on CPU)"};
+  CLI::App app{"lmx — a native LLM engine (Gemma 4 on CPU and CUDA)"};
   app.require_subcommand(0, 1);
   std::vector<lmx::cli::Verb> verbs = {lmx::cli::add_generate(app), lmx::cli::add_logits(app),
                                        lmx::cli::add_synth(app), lmx::cli::add_bench(app),
                                        lmx::cli::add_convert(app),  lmx::cli::add_tokenize(app),
-                                       lmx::cli::add_detokenize(app), lmx::cli::add_template(app), lmx::cli::add_chat(app)};
+                                       lmx::cli::add_detokenize(app), lmx::cli::add_template(app), lmx::cli::add_chat(app),
+                                       lmx::cli::add_info(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -49,7 +49,7 @@ TEST_P(Invariants, BatchInvariance) {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t n : lengths) prompts.push_back(random_prompt(n));
 
-  std::vector<std::unique_ptr<SequenceKv>> batch_seqs, solo_seqs;
+  std::vector<std::unique_ptr<Sequence>> batch_seqs, solo_seqs;
   std::vector<StepRow> rows;
   for (auto& p : prompts) {
     batch_seqs.push_back(model_->new_sequence());

@@ -5,6 +5,7 @@
 #include "lmx/io/model_dir.h"
 #include "lmx/io/safetensors.h"
 #include "lmx/model/gemma4_model.h"
+#include "support/goldens.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -18,34 +19,10 @@ namespace fs = std::filesystem;
 
 constexpr float kLogitTolerance = 1e-3f;
 
-// A parameter is a tiny reference model's name under tests/data/models, or a path from the source root.
-std::string model_dir(const std::string& name) {
-  return test::source_path(name.find('/') == std::string::npos ? "tests/data/models/" + name : name);
-}
+using test::Golden;
+using test::load_goldens;
 
-struct Golden {
-  std::vector<int32_t> prompt;
-  Tensor logits;  // [T, V] f32
-  std::vector<int32_t> greedy;
-};
-
-std::vector<Golden> load_goldens(const std::string& dir) {
-  auto file = SafetensorsFile::open(dir + "/goldens.safetensors");
-  std::vector<Golden> goldens;
-  for (int i = 0; file->contains("prompt_" + std::to_string(i)); ++i) {
-    Golden g;
-    auto to_ids = [](const Tensor& t) {
-      Tensor c = t.contiguous();
-      auto s = c.span<int32_t>();
-      return std::vector<int32_t>(s.begin(), s.end());
-    };
-    g.prompt = to_ids(file->tensor("prompt_" + std::to_string(i)));
-    g.logits = file->tensor("logits_" + std::to_string(i)).contiguous();
-    g.greedy = to_ids(file->tensor("greedy_" + std::to_string(i)));
-    goldens.push_back(std::move(g));
-  }
-  return goldens;
-}
+std::string model_dir(const std::string& name) { return test::reference_model_dir(name); }
 
 class Parity : public ::testing::TestWithParam<std::string> {};
 

@@ -8,7 +8,7 @@
 
 namespace lmx {
 
-ChatSession::ChatSession(Gemma4Model& model, int prefill_chunk_tokens)
+ChatSession::ChatSession(LanguageModel& model, int prefill_chunk_tokens)
     : model_(model), prefill_chunk_tokens_(prefill_chunk_tokens) {
   LMX_REQUIRE(InvalidArgument, prefill_chunk_tokens >= 0, "chat session: prefill chunk must be ≥ 0, got {}",
                            prefill_chunk_tokens);
@@ -21,19 +21,7 @@ void ChatSession::reset() {
   reused_tokens_ = 0;
 }
 
-bool ChatSession::can_rewind_to(int64_t length) const {
-  const KvCache& cache = model_.kv_cache();
-  const int64_t current = sequence_->length();
-  for (int layer = 0; layer < cache.num_layers(); ++layer) {
-    const int window = cache.spec(layer).sliding_window;
-    if (window <= 0) continue;
-    // Stored tokens are the most recent ones: positions [current - stored, current).
-    const int64_t first_stored = current - sequence_->stored_tokens(layer);
-    const int64_t first_needed = std::max<int64_t>(0, length - window + 1);
-    if (first_stored > first_needed) return false;
-  }
-  return true;
-}
+bool ChatSession::can_rewind_to(int64_t length) const { return sequence_->can_truncate(length); }
 
 std::span<const float> ChatSession::run(std::span<const int32_t> tokens) {
   const size_t chunk = prefill_chunk_tokens_ > 0 ? static_cast<size_t>(prefill_chunk_tokens_) : tokens.size();

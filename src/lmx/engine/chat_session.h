@@ -3,7 +3,7 @@
 #pragma once
 
 #include "lmx/engine/sampler.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
 
 #include <cstdint>
 #include <functional>
@@ -17,7 +17,7 @@ namespace lmx {
 class ChatSession {
  public:
   // `prefill_chunk_tokens` > 0 runs prompts in steps of at most that many tokens (0 = one step).
-  explicit ChatSession(Gemma4Model& model, int prefill_chunk_tokens = 0);
+  explicit ChatSession(LanguageModel& model, int prefill_chunk_tokens = 0);
 
   // Makes the sequence hold exactly `prompt` (non-empty) and returns the f32 logits of its last
   // token (valid until the next call). The longest common prefix with tokens() is kept; the rest
@@ -41,9 +41,9 @@ class ChatSession {
   bool can_rewind_to(int64_t length) const;
   std::span<const float> run(std::span<const int32_t> tokens);
 
-  Gemma4Model& model_;
+  LanguageModel& model_;
   int prefill_chunk_tokens_;
-  std::unique_ptr<SequenceKv> sequence_;
+  std::unique_ptr<Sequence> sequence_;
   std::vector<int32_t> tokens_;
   Tensor logits_;  // [1, V] of the last step
   int64_t reused_tokens_ = 0;

@@ -9,7 +9,7 @@
 
 namespace lmx {
 
-GreedyResult generate_greedy(Gemma4Model& model, std::span<const int32_t> prompt, const GreedyOptions& options) {
+GreedyResult generate_greedy(LanguageModel& model, std::span<const int32_t> prompt, const GreedyOptions& options) {
   LMX_REQUIRE(InvalidArgument, !prompt.empty(), "generate: the prompt is empty");
   LMX_REQUIRE(InvalidArgument, options.max_new_tokens >= 0, "generate: max tokens must be ≥ 0");
   using Clock = std::chrono::steady_clock;

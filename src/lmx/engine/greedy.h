@@ -1,7 +1,7 @@
 // Greedy generation for one sequence: prefill (optionally in chunks), then argmax decode.
 #pragma once
 
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
 
 #include <cstdint>
 #include <functional>
@@ -27,6 +27,6 @@ struct GreedyResult {
 
 // Runs the prompt through a fresh sequence of `model` and decodes greedily. The prompt must be
 // non-empty; token ids are validated by the model.
-GreedyResult generate_greedy(Gemma4Model& model, std::span<const int32_t> prompt, const GreedyOptions& options);
+GreedyResult generate_greedy(LanguageModel& model, std::span<const int32_t> prompt, const GreedyOptions& options);
 
 }  // namespace lmx

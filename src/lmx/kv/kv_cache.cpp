@@ -30,6 +30,17 @@ size_t SequenceKv::bytes() const {
   return total;
 }
 
+bool SequenceKv::can_truncate(int64_t new_length) const {
+  if (new_length < 0 || new_length > length_) return false;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const auto& l = layers_[i];
+    const int window = owner_->spec(static_cast<int>(i)).sliding_window;
+    const int64_t needed_from = window > 0 ? std::max<int64_t>(0, new_length - window + 1) : 0;
+    if (l.count > 0 && l.first_position > needed_from) return false;
+  }
+  return true;
+}
+
 void SequenceKv::truncate(int64_t new_length) {
   LMX_REQUIRE(InvalidArgument, new_length >= 0 && new_length <= length_, "truncate to {} of a sequence of length {}",
                            new_length, length_);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "lmx/core/tensor.h"
+#include "lmx/kv/sequence.h"
 
 #include <cstdint>
 #include <memory>
@@ -29,17 +30,17 @@ class KvCache;
 
 // One sequence's KV across all cache layers. Created by KvCache::new_sequence; used only with the
 // cache that made it. Not thread-safe; a sequence belongs to one engine step at a time.
-class SequenceKv {
+class SequenceKv final : public Sequence {
  public:
-  // Tokens appended so far (the position the next token takes).
-  int64_t length() const { return length_; }
+  int64_t length() const override { return length_; }
   // Tokens currently stored for cache layer `layer` (≤ length: sliding layers keep their window).
   int64_t stored_tokens(int layer) const;
   // Bytes of KV storage currently held (all layers).
   size_t bytes() const;
+  bool can_truncate(int64_t new_length) const override;
   // Drops every token at position >= new_length (rewind). Throws InvalidArgument when a sliding
   // layer has already discarded tokens the rewind would need.
-  void truncate(int64_t new_length);
+  void truncate(int64_t new_length) override;
 
  private:
   friend class KvCache;

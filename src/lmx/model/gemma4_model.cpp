@@ -4,6 +4,7 @@
 #include "lmx/core/error.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/io/safetensors.h"
+#include "lmx/core/thread_pool.h"
 #include "lmx/ops/ops.h"
 
 #include <cmath>
@@ -44,32 +45,11 @@ Gemma4Model::Gemma4Model(Gemma4Config config, std::shared_ptr<Checkpoint> checkp
   kv_ = std::make_unique<KvCache>(std::move(cache_specs));
 }
 
-size_t Gemma4Model::weight_bytes_per_token() const {
-  size_t total = 0;
-  for (const auto& l : weights_.layers) {
-    for (const Tensor* t : {&l.input_layernorm, &l.post_attention_layernorm, &l.pre_feedforward_layernorm,
-                            &l.post_feedforward_layernorm, &l.q_norm, &l.k_norm, &l.router_scale,
-                            &l.router_per_expert_scale, &l.pre_feedforward_layernorm_2, &l.post_feedforward_layernorm_1,
-                            &l.post_feedforward_layernorm_2, &l.post_per_layer_input_norm})
-      if (t->defined()) total += t->nbytes();
-    for (const Weight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
-                            &l.router_proj, &l.per_layer_input_gate, &l.per_layer_projection})
-      total += w->bytes();
-    // MoE: only the top-k experts are read per token.
-    if (config_.num_experts > 0) {
-      size_t experts = l.experts_gate_up.bytes() + l.experts_gate.bytes() + l.experts_up.bytes() + l.experts_down.bytes();
-      total += experts / static_cast<size_t>(config_.num_experts) * static_cast<size_t>(config_.top_k_experts);
-    }
-  }
-  total += weights_.per_layer_model_projection.bytes();
-  if (weights_.per_layer_projection_norm.defined()) total += weights_.per_layer_projection_norm.nbytes();
-  total += weights_.norm.nbytes();
-  // The output head reads the whole table; embeddings read one row each.
-  total += weights_.lm_head.defined() ? weights_.lm_head.bytes() + weights_.embed_tokens.row_bytes()
-                                      : weights_.embed_tokens.bytes();
-  total += weights_.embed_tokens_per_layer.row_bytes();
-  return total;
+std::string Gemma4Model::device_description() const {
+  return fmt::format("cpu ({}, {} threads)", ops::simd_target_name(), default_pool().threads());
 }
+
+size_t Gemma4Model::weight_bytes_per_token() const { return decode_weight_bytes(config_, weights_); }
 
 // PLE inputs [T, L, P]: (rms_norm(per_layer_model_projection(h) · H^-0.5) + embed_per_layer(ids) · √P) · 2^-0.5.
 Tensor Gemma4Model::per_layer_inputs(const Tensor& embeds, std::span<const int32_t> ids) const {
@@ -132,12 +112,15 @@ Tensor Gemma4Model::forward(std::span<const StepRow> rows, bool all_positions) {
   std::vector<int32_t> ids;
   std::vector<KvRow> kv_rows;
   for (size_t r = 0; r < rows.size(); ++r) {
-    LMX_REQUIRE(InvalidArgument, rows[r].kv != nullptr && !rows[r].tokens.empty(), "forward: row {} has no tokens", r);
+    LMX_REQUIRE(InvalidArgument, rows[r].sequence != nullptr && !rows[r].tokens.empty(), "forward: row {} has no tokens",
+                r);
+    auto* kv = dynamic_cast<SequenceKv*>(rows[r].sequence);
+    LMX_REQUIRE(InvalidArgument, kv != nullptr, "forward: row {}'s sequence belongs to another backend", r);
     for (int32_t id : rows[r].tokens)
       LMX_REQUIRE(InvalidArgument, id >= 0 && id < config_.vocab_size, "token id {} out of range [0, {}) in row {}", id,
                                config_.vocab_size, r);
     ids.insert(ids.end(), rows[r].tokens.begin(), rows[r].tokens.end());
-    kv_rows.push_back({rows[r].kv, static_cast<int64_t>(rows[r].tokens.size())});
+    kv_rows.push_back({kv, static_cast<int64_t>(rows[r].tokens.size())});
   }
   const int64_t tokens = static_cast<int64_t>(ids.size());
   const int64_t hidden = config_.hidden_size;

@@ -5,6 +5,7 @@
 #include "lmx/kv/kv_cache.h"
 #include "lmx/model/gemma4_config.h"
 #include "lmx/model/gemma4_weights.h"
+#include "lmx/model/language_model.h"
 
 #include <memory>
 #include <span>
@@ -14,28 +15,18 @@ namespace lmx {
 
 class Checkpoint;
 
-// One row of a step: a sequence's KV and the tokens it brings (prefill chunk or one decode token).
-struct StepRow {
-  SequenceKv* kv = nullptr;
-  std::span<const int32_t> tokens;
-};
-
-class Gemma4Model {
+class Gemma4Model final : public LanguageModel {
  public:
   // Loads config.json and the weights of a model directory (weights stay memory-mapped).
   static std::unique_ptr<Gemma4Model> load(const std::string& dir);
 
-  const Gemma4Config& config() const { return config_; }
+  const Gemma4Config& config() const override { return config_; }
+  const Gemma4Weights& weights() const { return weights_; }
   const KvCache& kv_cache() const { return *kv_; }
-  std::unique_ptr<SequenceKv> new_sequence() const { return kv_->new_sequence(); }
-  // Bytes of weights one decode step of one row reads (every matrix once, one embedding row each).
-  size_t weight_bytes_per_token() const;
-
-  // Runs one step: appends each row's tokens to its sequence and returns f32 logits — one row per
-  // StepRow (its last token) by default, or one per token ([Σ tokens, V], rows in order) when
-  // `all_positions`. A row's logits do not depend on the other rows of the step (invariant 2).
-  // Throws InvalidArgument for an empty row or a token id outside [0, vocab_size).
-  Tensor forward(std::span<const StepRow> rows, bool all_positions = false);
+  std::unique_ptr<Sequence> new_sequence() override { return kv_->new_sequence(); }
+  size_t weight_bytes_per_token() const override;
+  Tensor forward(std::span<const StepRow> rows, bool all_positions = false) override;
+  std::string device_description() const override;
 
  private:
   Gemma4Model(Gemma4Config config, std::shared_ptr<Checkpoint> checkpoint, const QuantizationConfig& quantization);

@@ -192,4 +192,31 @@ Gemma4Weights Gemma4Weights::bind(const Checkpoint& checkpoint, const Gemma4Conf
   return w;
 }
 
+size_t decode_weight_bytes(const Gemma4Config& config, const Gemma4Weights& weights) {
+  size_t total = 0;
+  for (const auto& l : weights.layers) {
+    for (const Tensor* t : {&l.input_layernorm, &l.post_attention_layernorm, &l.pre_feedforward_layernorm,
+                            &l.post_feedforward_layernorm, &l.q_norm, &l.k_norm, &l.router_scale,
+                            &l.router_per_expert_scale, &l.pre_feedforward_layernorm_2, &l.post_feedforward_layernorm_1,
+                            &l.post_feedforward_layernorm_2, &l.post_per_layer_input_norm})
+      if (t->defined()) total += t->nbytes();
+    for (const Weight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
+                            &l.router_proj, &l.per_layer_input_gate, &l.per_layer_projection})
+      total += w->bytes();
+    // MoE: only the top-k experts are read per token.
+    if (config.num_experts > 0) {
+      size_t experts = l.experts_gate_up.bytes() + l.experts_gate.bytes() + l.experts_up.bytes() + l.experts_down.bytes();
+      total += experts / static_cast<size_t>(config.num_experts) * static_cast<size_t>(config.top_k_experts);
+    }
+  }
+  total += weights.per_layer_model_projection.bytes();
+  if (weights.per_layer_projection_norm.defined()) total += weights.per_layer_projection_norm.nbytes();
+  total += weights.norm.nbytes();
+  // The output head reads the whole table; embeddings read one row each.
+  total += weights.lm_head.defined() ? weights.lm_head.bytes() + weights.embed_tokens.row_bytes()
+                                      : weights.embed_tokens.bytes();
+  total += weights.embed_tokens_per_layer.row_bytes();
+  return total;
+}
+
 }  // namespace lmx

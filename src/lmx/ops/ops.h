@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace lmx::ops {
@@ -104,6 +105,13 @@ void moe_route(const Tensor& router_logits, int top_k, const Tensor* per_expert_
 // the row's experts, starting from 0, one multiply and one add per term). out [T, H].
 void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, const Tensor& gate_up,
                  const Tensor& down, Tensor& out);
+
+// ---- Introspection -----------------------------------------------------------------------------------
+
+// The SIMD target the kernels dispatch to on this CPU (e.g. "AVX3_SPR"), and every target that is
+// both compiled in and supported here, best first.
+std::string simd_target_name();
+std::vector<std::string> simd_target_names();
 
 // ---- Sampling helpers --------------------------------------------------------------------------------
 

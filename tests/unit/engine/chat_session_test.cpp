@@ -1,6 +1,7 @@
 // lmx::ChatSession prefix reuse (extend, rewind within the sliding window, fresh start beyond it)
 // against a fresh one-shot prefill, and generate_turn against plain greedy generation.
 #include "lmx/engine/chat_session.h"
+#include "lmx/model/gemma4_model.h"
 #include "lmx/core/error.h"
 #include "lmx/engine/greedy.h"
 #include "support/test_support.h"

@@ -6,10 +6,12 @@
 #include <hwy/highway.h>
 
 #include "lmx/ops/cpu/kernels.h"
+#include "lmx/ops/ops.h"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -271,6 +273,8 @@ void axpy_impl(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+int64_t target_impl() { return HWY_TARGET; }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace lmx::ops::cpu
 HWY_AFTER_NAMESPACE();
@@ -281,6 +285,7 @@ namespace lmx::ops::cpu {
 HWY_EXPORT(linear_block_impl);
 HWY_EXPORT(dot_impl);
 HWY_EXPORT(axpy_impl);
+HWY_EXPORT(target_impl);
 
 void linear_block(const LinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   HWY_DYNAMIC_DISPATCH(linear_block_impl)(args, m0, m1, n0, n1);
@@ -295,4 +300,16 @@ void axpy(float alpha, const float* x, float* y, int64_t n) {
 }
 
 }  // namespace lmx::ops::cpu
+
+namespace lmx::ops {
+
+std::string simd_target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(cpu::target_impl)()); }
+
+std::vector<std::string> simd_target_names() {
+  std::vector<std::string> names;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) names.emplace_back(hwy::TargetName(target));
+  return names;
+}
+
+}  // namespace lmx::ops
 #endif  // HWY_ONCE

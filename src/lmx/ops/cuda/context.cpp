@@ -36,6 +36,7 @@ void* CudaContext::scratch(Scratch slot, size_t bytes) {
                                   static_cast<int>(slot), bytes));
     LMX_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old buffer may still be in use
     buffer = DeviceBuffer(bytes);
+    ++scratch_generation_;
   }
   return buffer.data();
 }

@@ -42,6 +42,8 @@ class CudaContext {
   // A buffer of at least `bytes` for `slot`, at the same address until a larger request grows it.
   // Growing while the stream is being captured into a graph throws CudaError (warm up first).
   void* scratch(Scratch slot, size_t bytes);
+  // Bumped whenever a scratch buffer moves: graphs captured before a change must be dropped.
+  int scratch_generation() const { return scratch_generation_; }
   // Waits for all work queued on the stream; rethrows asynchronous kernel errors as CudaError.
   void synchronize();
   // Whether the stream is currently being captured into a CUDA graph.
@@ -54,6 +56,7 @@ class CudaContext {
   cublasLtHandle_t cublas_lt_ = nullptr;
   DeviceBuffer cublas_workspace_;
   std::array<DeviceBuffer, static_cast<size_t>(Scratch::kCount)> scratch_;
+  int scratch_generation_ = 0;
 };
 
 }  // namespace lmx::cuda

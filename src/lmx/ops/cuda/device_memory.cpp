@@ -111,12 +111,18 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 DeviceBuffer DeviceBuffer::upload(const void* host, size_t bytes) {
   DeviceBuffer buffer(bytes);
-  if (bytes > 0) LMX_CUDA_CHECK(cudaMemcpy(buffer.ptr_, host, bytes, cudaMemcpyHostToDevice));
+  if (bytes > 0) {
+    LMX_CUDA_CHECK(cudaMemcpy(buffer.ptr_, host, bytes, cudaMemcpyHostToDevice));
+    // A pageable copy may return before its DMA lands; work on non-blocking streams must see it.
+    LMX_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   return buffer;
 }
 
 void DeviceBuffer::download(void* host, size_t bytes) const {
-  if (bytes > 0) LMX_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost));
+  if (bytes == 0) return;
+  LMX_CUDA_CHECK(cudaDeviceSynchronize());  // work queued on any stream (non-blocking ones too) first
+  LMX_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost));
 }
 
 void DeviceBuffer::zero(cudaStream_t stream) {

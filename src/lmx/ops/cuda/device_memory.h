@@ -50,9 +50,10 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  // A new buffer holding a copy of `bytes` host bytes (synchronous).
+  // A new buffer holding a copy of `bytes` host bytes (synchronous: the data is on the device when
+  // it returns, visible to every stream).
   static DeviceBuffer upload(const void* host, size_t bytes);
-  // Copies the first `bytes` bytes to host memory (synchronous; waits for the device).
+  // Copies the first `bytes` bytes to host memory after all queued device work (on every stream).
   void download(void* host, size_t bytes) const;
   // Sets every byte to zero (asynchronous on `stream`).
   void zero(cudaStream_t stream = nullptr);

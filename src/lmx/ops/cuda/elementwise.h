@@ -17,7 +17,7 @@
 
 namespace lmx::cuda {
 
-// out[r, :] = x[r, :] * rsqrt(mean(x[r, :]²) + eps) * weight (weight f32 [dim], or none when nullptr).
+// out[r, :] = x[r, :] * (1 / sqrt(mean(x[r, :]²) + eps)) * weight (weight f32 [dim], or none when nullptr).
 // Σx² accumulated in f32 (block reduction). out may alias x (same stride).
 void rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_stride, int64_t rows, int dim,
               const float* weight, float eps, cudaStream_t stream);

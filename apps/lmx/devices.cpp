@@ -1,0 +1,106 @@
+// Backend selection for the model-running verbs (--device) and `lmx info`.
+#include "commands.h"
+
+#include "lmx/core/error.h"
+#include "lmx/core/thread_pool.h"
+#include "lmx/model/gemma4_model.h"
+#include "lmx/ops/ops.h"
+#ifdef LMX_HAS_CUDA
+#include "lmx/model/cuda/gemma4_cuda_model.h"
+#include "lmx/ops/cuda/device_memory.h"
+
+#include <cuda_runtime.h>
+#endif
+
+#include <cstdio>
+
+namespace lmx::cli {
+
+namespace {
+int cuda_devices() {
+#ifdef LMX_HAS_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+}  // namespace
+
+void add_device_option(CLI::App* command, std::string& device) {
+  command->add_option("--device", device, "cpu, cuda or cuda:N (default: cuda when a GPU is present, else cpu)")
+      ->default_val("auto");
+}
+
+std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const std::string& device) {
+  std::string name = device.empty() ? "auto" : device;
+  if (name == "auto") name = cuda_devices() > 0 ? "cuda:0" : "cpu";
+  if (name == "cpu") return Gemma4Model::load(dir);
+  if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (name.size() > 5) {
+      const std::string digits = name.substr(5);
+      LMX_REQUIRE(InvalidArgument, !digits.empty() && digits.size() < 4 && digits.find_first_not_of("0123456789") == std::string::npos,
+                  "--device {}: expected cuda:N with a device number", device);
+      index = std::stoi(digits);
+    }
+#ifdef LMX_HAS_CUDA
+    const int count = cuda_devices();
+    LMX_REQUIRE(InvalidArgument, count > 0, "--device {}: no CUDA device is visible", device);
+    LMX_REQUIRE(InvalidArgument, index < count, "--device {}: only {} CUDA device(s) visible", device, count);
+    CudaModelOptions options;
+    options.device = index;
+    return Gemma4CudaModel::load(dir, options);
+#else
+    throw Unsupported(fmt::format("--device {}: this lmx was built without the CUDA backend (configure with LMX_CUDA=ON)",
+                                  device));
+#endif
+  }
+  throw InvalidArgument(fmt::format("--device {}: expected cpu, cuda or cuda:N", device));
+}
+
+Verb add_info(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("info", "List compiled backends, CPU SIMD targets and visible GPUs");
+  cmd->add_flag("--json", *json, "Print as JSON");
+  return {cmd, [json] {
+            nlohmann::json out;
+            out["version"] = LMX_VERSION;
+            out["backends"] = nlohmann::json::array({"cpu"});
+            out["cpu"] = {{"simd_target", ops::simd_target_name()},
+                          {"simd_targets_available", ops::simd_target_names()},
+                          {"threads", default_pool().threads()}};
+            nlohmann::json gpus = nlohmann::json::array();
+#ifdef LMX_HAS_CUDA
+            out["backends"].push_back("cuda");
+            int runtime = 0, driver = 0;
+            (void)cudaRuntimeGetVersion(&runtime);
+            if (cudaDriverGetVersion(&driver) != cudaSuccess) (void)cudaGetLastError();
+            out["cuda"] = {{"runtime", fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10)},
+                           {"driver", driver > 0 ? fmt::format("{}.{}", driver / 1000, driver % 1000 / 10) : "none"},
+                           {"compiled_for", LMX_CUDA_ARCHITECTURES}};
+            for (int i = 0; i < cuda::device_count(); ++i)
+              gpus.push_back({{"device", fmt::format("cuda:{}", i)}, {"name", cuda::device_description(i)}});
+#endif
+            out["devices"] = gpus;
+            if (*json) {
+              std::printf("%s\n", out.dump().c_str());
+              return 0;
+            }
+            std::printf("lmx %s\n", LMX_VERSION);
+            std::printf("backends     %s\n", out["backends"].dump().c_str());
+            std::printf("cpu          %s (%d threads); available: %s\n", ops::simd_target_name().c_str(),
+                        default_pool().threads(), out["cpu"]["simd_targets_available"].dump().c_str());
+            if (out.contains("cuda"))
+              std::printf("cuda         runtime %s, driver %s, code for %s\n",
+                          out["cuda"]["runtime"].get<std::string>().c_str(),
+                          out["cuda"]["driver"].get<std::string>().c_str(),
+                          out["cuda"]["compiled_for"].get<std::string>().c_str());
+            if (gpus.empty()) std::printf("gpus         none visible\n");
+            for (const auto& g : gpus)
+              std::printf("gpu          %s: %s\n", g["device"].get<std::string>().c_str(),
+                          g["name"].get<std::string>().c_str());
+            return 0;
+          }};
+}
+
+}  // namespace lmx::cli

@@ -1,0 +1,186 @@
+// Benchmark of the CUDA attention (lmx/ops/cuda/attention.h).
+//
+// Decode: `batch` sequences, one query each at the last position of a kv_len-token bf16 cache
+// (split-KV path + combine). Prints the median µs per call and the K/V bytes read per second. Calls
+// rotate over enough cache copies (≥ 256 MiB in all) that K/V come from HBM, as in a forward pass.
+// Prefill: one sequence, T query tokens at positions 0..T-1 over T keys, causal (tiled tensor-core
+// path). Prints µs and TFLOP/s counting 4·(T²/2)·D·H flops (QKᵀ and PV of the causal half).
+#include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/device_memory.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace {
+
+using lmx::cuda::DeviceBuffer;
+
+// Small finite bf16 values (≈ ±0.01 .. ±1) from a hash of the index.
+__global__ void fill_bf16_kernel(uint16_t* data, size_t count, uint32_t seed) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t v = static_cast<uint32_t>(i) * 2654435761u + seed;
+    v ^= v >> 15;
+    v *= 0x5bd1e995u;
+    v ^= v >> 13;
+    data[i] = static_cast<uint16_t>((v & 0x807Fu) | (0x3C00u + ((v >> 8) & 0x0300u)));
+  }
+}
+__global__ void fill_f32_kernel(float* data, size_t count, uint32_t seed) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t v = static_cast<uint32_t>(i) * 2246822519u + seed;
+    v ^= v >> 13;
+    v *= 0x85ebca6bu;
+    v ^= v >> 16;
+    data[i] = static_cast<float>(v & 0xFFFFu) / 32768.0f - 1.0f;
+  }
+}
+
+struct Shape {
+  int heads, kv_heads, dim;
+};
+
+// Median seconds per call of fn over `reps` timed calls (after 3 warm-up calls).
+template <typename Fn>
+double median_seconds(int reps, Fn fn) {
+  cudaEvent_t a, b;
+  LMX_CUDA_CHECK(cudaEventCreate(&a));
+  LMX_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) fn(i);
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    LMX_CUDA_CHECK(cudaEventRecord(a));
+    fn(r);
+    LMX_CUDA_CHECK(cudaEventRecord(b));
+    LMX_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    LMX_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    times.push_back(ms * 1e-3);
+  }
+  LMX_CUDA_CHECK(cudaEventDestroy(a));
+  LMX_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// `seqs` caches of `cap` slots each, plus the device arrays of their pointers.
+struct Caches {
+  std::vector<DeviceBuffer> k, v;
+  DeviceBuffer k_ptrs, v_ptrs;
+};
+
+Caches make_caches(const Shape& s, int seqs, int64_t cap, uint32_t seed) {
+  Caches c;
+  std::vector<const uint16_t*> kp, vp;
+  const size_t elems = static_cast<size_t>(cap) * s.kv_heads * s.dim;
+  for (int i = 0; i < seqs; ++i) {
+    c.k.emplace_back(elems * 2);
+    c.v.emplace_back(elems * 2);
+    fill_bf16_kernel<<<1024, 256>>>(c.k.back().as<uint16_t>(), elems, seed + 2 * i);
+    fill_bf16_kernel<<<1024, 256>>>(c.v.back().as<uint16_t>(), elems, seed + 2 * i + 1);
+    LMX_CUDA_CHECK_LAUNCH();
+    kp.push_back(c.k.back().as<const uint16_t>());
+    vp.push_back(c.v.back().as<const uint16_t>());
+  }
+  c.k_ptrs = lmx::cuda::upload_vector(kp);
+  c.v_ptrs = lmx::cuda::upload_vector(vp);
+  return c;
+}
+
+void bench_decode(const Shape& s, int batch, int kv_len) {
+  const size_t kv_bytes = static_cast<size_t>(batch) * kv_len * s.kv_heads * s.dim * 2 * 2;
+  const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / kv_bytes + 1, 1, 1024));
+  std::vector<Caches> caches;
+  for (int c = 0; c < copies; ++c) caches.push_back(make_caches(s, batch, kv_len, 1000u * c));
+  const int64_t row = static_cast<int64_t>(s.heads) * s.dim;
+  DeviceBuffer q(static_cast<size_t>(batch * row) * 4), out(static_cast<size_t>(batch * row) * 4);
+  fill_f32_kernel<<<256, 256>>>(q.as<float>(), static_cast<size_t>(batch * row), 7);
+  LMX_CUDA_CHECK_LAUNCH();
+  std::vector<int32_t> pos(static_cast<size_t>(batch), kv_len - 1), seq(static_cast<size_t>(batch)),
+      len(static_cast<size_t>(batch), kv_len);
+  std::iota(seq.begin(), seq.end(), 0);
+  DeviceBuffer d_pos = lmx::cuda::upload_vector(pos), d_seq = lmx::cuda::upload_vector(seq),
+               d_len = lmx::cuda::upload_vector(len);
+  lmx::cuda::AttentionBatch b;
+  b.q = q.as<const float>();
+  b.q_stride = row;
+  b.out = out.as<float>();
+  b.tokens = batch;
+  b.heads = s.heads;
+  b.kv_heads = s.kv_heads;
+  b.head_dim = s.dim;
+  b.q_pos = d_pos.as<const int32_t>();
+  b.q_seq = d_seq.as<const int32_t>();
+  b.kv_len = d_len.as<const int32_t>();
+  b.max_kv_len = kv_len;
+  b.scale = 1.0f;
+  const size_t pbytes = lmx::cuda::attention_partials_bytes(b);
+  DeviceBuffer partials(std::max<size_t>(pbytes, 256));
+  const double t = median_seconds(30, [&](int i) {
+    const Caches& c = caches[static_cast<size_t>(i % copies)];
+    b.k = c.k_ptrs.as<const uint16_t* const>();
+    b.v = c.v_ptrs.as<const uint16_t* const>();
+    lmx::cuda::attention(b, partials.as<float>(), pbytes, nullptr);
+  });
+  fmt::print("decode   heads {:>2}/{:<2} dim {:>3}  batch {:>2}  kv_len {:>6}  {:>9.1f} us  {:>7.1f} GB/s KV\n", s.heads,
+             s.kv_heads, s.dim, batch, kv_len, t * 1e6, static_cast<double>(kv_bytes) / t / 1e9);
+}
+
+void bench_prefill(const Shape& s, int tokens) {
+  Caches c = make_caches(s, 1, tokens, 99);
+  const int64_t row = static_cast<int64_t>(s.heads) * s.dim;
+  DeviceBuffer q(static_cast<size_t>(tokens * row) * 4), out(static_cast<size_t>(tokens * row) * 4);
+  fill_f32_kernel<<<1024, 256>>>(q.as<float>(), static_cast<size_t>(tokens * row), 11);
+  LMX_CUDA_CHECK_LAUNCH();
+  std::vector<int32_t> pos(static_cast<size_t>(tokens)), seq(static_cast<size_t>(tokens), 0), len = {tokens};
+  std::iota(pos.begin(), pos.end(), 0);
+  DeviceBuffer d_pos = lmx::cuda::upload_vector(pos), d_seq = lmx::cuda::upload_vector(seq),
+               d_len = lmx::cuda::upload_vector(len);
+  lmx::cuda::AttentionBatch b;
+  b.q = q.as<const float>();
+  b.q_stride = row;
+  b.out = out.as<float>();
+  b.tokens = tokens;
+  b.heads = s.heads;
+  b.kv_heads = s.kv_heads;
+  b.head_dim = s.dim;
+  b.q_pos = d_pos.as<const int32_t>();
+  b.q_seq = d_seq.as<const int32_t>();
+  b.k = c.k_ptrs.as<const uint16_t* const>();
+  b.v = c.v_ptrs.as<const uint16_t* const>();
+  b.kv_len = d_len.as<const int32_t>();
+  b.max_kv_len = tokens;
+  b.scale = 1.0f / 16.0f;
+  const size_t pbytes = lmx::cuda::attention_partials_bytes(b);
+  DeviceBuffer partials(std::max<size_t>(pbytes, 256));
+  const double t = median_seconds(tokens > 4096 ? 5 : 15,
+                                  [&](int) { lmx::cuda::attention(b, partials.as<float>(), pbytes, nullptr); });
+  const double flops = 4.0 * (static_cast<double>(tokens) * tokens / 2.0) * s.dim * s.heads;
+  fmt::print("prefill  heads {:>2}/{:<2} dim {:>3}  tokens {:>5}  {:>11.1f} us  {:>7.1f} TFLOP/s\n", s.heads,
+             s.kv_heads, s.dim, tokens, t * 1e6, flops / t / 1e12);
+}
+
+}  // namespace
+
+int main() {
+  if (lmx::cuda::device_count() == 0) {
+    fmt::print("no CUDA device\n");
+    return 0;
+  }
+  fmt::print("{}\n", lmx::cuda::device_description(0));
+  const Shape shapes[] = {{8, 1, 256}, {16, 8, 256}, {32, 4, 512}, {32, 8, 128}};
+  for (const Shape& s : shapes)
+    for (int batch : {1, 16})
+      for (int kv_len : {512, 2048, 8192, 32768}) bench_decode(s, batch, kv_len);
+  for (const Shape& s : shapes)
+    for (int tokens : {2048, 8192}) bench_prefill(s, tokens);
+  LMX_CUDA_CHECK(cudaDeviceSynchronize());
+  return 0;
+}

@@ -1,0 +1,115 @@
+// Uploads Gemma 4 weights to the GPU (see device_weights.h).
+#include "lmx/model/cuda/device_weights.h"
+
+#include "lmx/core/error.h"
+
+namespace lmx {
+
+namespace {
+
+DeviceWeight upload_weight(const Weight& w) {
+  DeviceWeight d;
+  if (!w.defined()) return d;
+  d.defined = true;
+  if (w.is_quantized()) {
+    const ops::QuantizedWeight& q = w.quantized;
+    d.quantized = true;
+    const Tensor codes = q.codes.contiguous(), scales = q.scales.contiguous(), biases = q.biases.contiguous();
+    d.data = cuda::DeviceBuffer::upload(codes.raw_data(), codes.nbytes());
+    d.scales = cuda::DeviceBuffer::upload(scales.raw_data(), scales.nbytes());
+    d.biases = cuda::DeviceBuffer::upload(biases.raw_data(), biases.nbytes());
+    d.packed.codes = d.data.as<const uint32_t>();
+    d.packed.scales = d.scales.data();
+    d.packed.biases = d.biases.data();
+    d.packed.scale_dtype = scales.dtype();
+    d.packed.bits = q.bits;
+    d.packed.group_size = q.group_size;
+    d.packed.batch = codes.ndim() == 3 ? codes.dim(0) : 1;
+    d.packed.rows = q.rows();
+    d.packed.cols = q.cols();
+    return d;
+  }
+  Tensor t = w.dense.contiguous();
+  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16) t = t.to(DType::kF32);
+  d.data = cuda::DeviceBuffer::upload(t.raw_data(), t.nbytes());
+  d.dense.data = d.data.data();
+  d.dense.dtype = t.dtype();
+  d.dense.batch = t.ndim() == 3 ? t.dim(0) : 1;
+  d.dense.rows = t.dim(t.ndim() - 2);
+  d.dense.cols = t.dim(t.ndim() - 1);
+  return d;
+}
+
+DeviceVector upload_vector(const Tensor& t) {
+  DeviceVector v;
+  if (!t.defined()) return v;
+  const Tensor f = t.to(DType::kF32).contiguous();
+  v.buffer = cuda::DeviceBuffer::upload(f.raw_data(), f.nbytes());
+  return v;
+}
+
+size_t weight_bytes(const DeviceWeight& w) { return w.data.bytes() + w.scales.bytes() + w.biases.bytes(); }
+
+}  // namespace
+
+DeviceWeights DeviceWeights::upload(const Gemma4Weights& w) {
+  DeviceWeights d;
+  d.embed_tokens = upload_weight(w.embed_tokens);
+  d.lm_head = upload_weight(w.lm_head);
+  d.embed_tokens_per_layer = upload_weight(w.embed_tokens_per_layer);
+  d.per_layer_model_projection = upload_weight(w.per_layer_model_projection);
+  d.per_layer_projection_norm = upload_vector(w.per_layer_projection_norm);
+  d.norm = upload_vector(w.norm);
+  for (const Gemma4LayerWeights& l : w.layers) {
+    DeviceLayerWeights& o = d.layers.emplace_back();
+    o.input_layernorm = upload_vector(l.input_layernorm);
+    o.post_attention_layernorm = upload_vector(l.post_attention_layernorm);
+    o.pre_feedforward_layernorm = upload_vector(l.pre_feedforward_layernorm);
+    o.post_feedforward_layernorm = upload_vector(l.post_feedforward_layernorm);
+    o.q_proj = upload_weight(l.q_proj);
+    o.k_proj = upload_weight(l.k_proj);
+    o.v_proj = upload_weight(l.v_proj);
+    o.o_proj = upload_weight(l.o_proj);
+    o.q_norm = upload_vector(l.q_norm);
+    o.k_norm = upload_vector(l.k_norm);
+    o.gate_proj = upload_weight(l.gate_proj);
+    o.up_proj = upload_weight(l.up_proj);
+    o.down_proj = upload_weight(l.down_proj);
+    o.router_proj = upload_weight(l.router_proj);
+    o.router_scale = upload_vector(l.router_scale);
+    o.router_per_expert_scale = upload_vector(l.router_per_expert_scale);
+    o.experts_gate_up = upload_weight(l.experts_gate_up);
+    o.experts_gate = upload_weight(l.experts_gate);
+    o.experts_up = upload_weight(l.experts_up);
+    o.experts_down = upload_weight(l.experts_down);
+    o.pre_feedforward_layernorm_2 = upload_vector(l.pre_feedforward_layernorm_2);
+    o.post_feedforward_layernorm_1 = upload_vector(l.post_feedforward_layernorm_1);
+    o.post_feedforward_layernorm_2 = upload_vector(l.post_feedforward_layernorm_2);
+    o.per_layer_input_gate = upload_weight(l.per_layer_input_gate);
+    o.per_layer_projection = upload_weight(l.per_layer_projection);
+    o.post_per_layer_input_norm = upload_vector(l.post_per_layer_input_norm);
+    o.layer_scalar = l.layer_scalar;
+  }
+  return d;
+}
+
+size_t DeviceWeights::bytes() const {
+  size_t total = weight_bytes(embed_tokens) + weight_bytes(lm_head) + weight_bytes(embed_tokens_per_layer) +
+                 weight_bytes(per_layer_model_projection) + per_layer_projection_norm.buffer.bytes() +
+                 norm.buffer.bytes();
+  for (const auto& l : layers) {
+    for (const DeviceWeight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
+                                  &l.router_proj, &l.experts_gate_up, &l.experts_gate, &l.experts_up, &l.experts_down,
+                                  &l.per_layer_input_gate, &l.per_layer_projection})
+      total += weight_bytes(*w);
+    for (const DeviceVector* v : {&l.input_layernorm, &l.post_attention_layernorm, &l.pre_feedforward_layernorm,
+                                  &l.post_feedforward_layernorm, &l.q_norm, &l.k_norm, &l.router_scale,
+                                  &l.router_per_expert_scale, &l.pre_feedforward_layernorm_2,
+                                  &l.post_feedforward_layernorm_1, &l.post_feedforward_layernorm_2,
+                                  &l.post_per_layer_input_norm})
+      total += v->buffer.bytes();
+  }
+  return total;
+}
+
+}  // namespace lmx

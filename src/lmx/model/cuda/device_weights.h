@@ -1,0 +1,55 @@
+// Gemma 4 weights uploaded to the GPU once: projections as stored (bf16/f32 dense, or MLX packed
+// codes with their scales and biases), small vectors (norm weights, router scales) as f32.
+#pragma once
+
+#include "lmx/model/gemma4_weights.h"
+#include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/linear.h"
+
+#include <vector>
+
+namespace lmx {
+
+// One projection or embedding table on the device (dense or quantized; `defined` false when absent).
+struct DeviceWeight {
+  bool defined = false;
+  bool quantized = false;
+  cuda::DeviceDense dense;
+  cuda::DeviceQuantized packed;
+  cuda::DeviceBuffer data, scales, biases;  // own the memory the views above point into
+
+  int64_t rows() const { return quantized ? packed.rows : dense.rows; }
+};
+
+// A small vector as f32 on the device (empty when the tensor is undefined).
+struct DeviceVector {
+  cuda::DeviceBuffer buffer;
+  const float* get() const { return buffer.empty() ? nullptr : buffer.as<const float>(); }
+};
+
+struct DeviceLayerWeights {
+  DeviceVector input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm;
+  DeviceWeight q_proj, k_proj, v_proj, o_proj;
+  DeviceVector q_norm, k_norm;
+  DeviceWeight gate_proj, up_proj, down_proj;
+  DeviceWeight router_proj;
+  DeviceVector router_scale, router_per_expert_scale;
+  DeviceWeight experts_gate_up, experts_gate, experts_up, experts_down;
+  DeviceVector pre_feedforward_layernorm_2, post_feedforward_layernorm_1, post_feedforward_layernorm_2;
+  DeviceWeight per_layer_input_gate, per_layer_projection;
+  DeviceVector post_per_layer_input_norm;
+  float layer_scalar = 1.0f;
+};
+
+struct DeviceWeights {
+  DeviceWeight embed_tokens, lm_head, embed_tokens_per_layer, per_layer_model_projection;
+  DeviceVector per_layer_projection_norm, norm;
+  std::vector<DeviceLayerWeights> layers;
+
+  // Copies every tensor of `weights` to the current device (f16 dense matrices are widened to f32).
+  static DeviceWeights upload(const Gemma4Weights& weights);
+  // Device bytes held.
+  size_t bytes() const;
+};
+
+}  // namespace lmx

@@ -1,0 +1,76 @@
+// Gemma 4 text model on one CUDA device: the forward pass of Gemma4Model (same math, same op order)
+// on the CUDA op set, with bf16 KV caches on the device and the single-token decode step captured
+// as a CUDA graph that is replayed with new tokens, positions and lengths read from device memory.
+#pragma once
+
+#include "lmx/model/cuda/device_weights.h"
+#include "lmx/model/gemma4_config.h"
+#include "lmx/model/language_model.h"
+#include "lmx/ops/cuda/context.h"
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lmx {
+
+struct CudaModelOptions {
+  int device = 0;
+  // Capture single-token decode steps as CUDA graphs (one per power-of-two bucket of KV length).
+  bool use_graphs = true;
+};
+
+class Gemma4CudaModel final : public LanguageModel {
+ public:
+  // Loads config.json and the weights of a model directory and uploads them to the device.
+  static std::unique_ptr<Gemma4CudaModel> load(const std::string& dir, const CudaModelOptions& options = {});
+  ~Gemma4CudaModel() override;
+
+  const Gemma4Config& config() const override { return config_; }
+  std::unique_ptr<Sequence> new_sequence() override;
+  Tensor forward(std::span<const StepRow> rows, bool all_positions = false) override;
+  std::vector<int32_t> forward_argmax(std::span<const StepRow> rows) override;
+  size_t weight_bytes_per_token() const override { return weight_bytes_per_token_; }
+  std::string device_description() const override;
+  // Device bytes of the uploaded weights.
+  size_t device_weight_bytes() const { return weights_.bytes(); }
+  // Graph replays and captures so far (tests check that decode steps replay).
+  int graph_replays() const { return graph_replays_; }
+  int graph_captures() const { return graph_captures_; }
+
+ private:
+  class CudaSequence;
+  struct Workspace;
+  struct StepPlan;
+
+  Gemma4CudaModel(Gemma4Config config, const Gemma4Weights& weights, const CudaModelOptions& options);
+  // Validates rows, grows caches and workspace, fills the pinned staging area; returns the plan.
+  StepPlan plan_step(std::span<const StepRow> rows, bool all_positions);
+  // Copies the staged step inputs to the device (enqueued on the stream).
+  void upload_step_inputs(const StepPlan& plan);
+  // Enqueues the whole forward of a planned step (graph-capturable: no host syncs or allocations).
+  void enqueue_forward(const StepPlan& plan);
+  void enqueue_attention(int layer, const StepPlan& plan);
+  void enqueue_ffn(int layer, const StepPlan& plan);
+  void enqueue_per_layer_inputs(const StepPlan& plan);
+  // Runs a planned step: direct launches, or a captured graph for single-token steps.
+  void run_step(const StepPlan& plan);
+  void linear(const DeviceWeight& w, const float* x, int64_t x_stride, int64_t m, float* out, int64_t out_stride);
+
+  Gemma4Config config_;
+  CudaModelOptions options_;
+  cuda::CudaContext ctx_;
+  DeviceWeights weights_;
+  size_t weight_bytes_per_token_ = 0;
+  std::vector<cuda::DeviceBuffer> inv_freq_;  // per layer, [head_dim / 2] f32
+  std::unique_ptr<Workspace> ws_;
+  std::map<int64_t, cudaGraphExec_t> decode_graphs_;  // KV-length bucket → instantiated graph
+  int graphs_scratch_generation_ = 0;                  // ctx_.scratch_generation() the graphs saw
+  void drop_graphs();
+  int graph_replays_ = 0, graph_captures_ = 0;
+};
+
+}  // namespace lmx

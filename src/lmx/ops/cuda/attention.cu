@@ -1,0 +1,219 @@
+// CUDA attention over a bf16 KV cache (attention.h): path choice, scratch sizing, kv_append.
+//
+// Two kernels share one numeric definition (attention_kernels.cuh), so a query's output bits do not
+// depend on the path nor on the other queries of the call:
+//  - split-KV decode (attention_decode.cu): calls with at most kDecodeMaxTokens query tokens; one
+//    block per (token, kv head, ≤16 heads, 256-key chunk), partial states in `partials`, a combine;
+//  - tiled prefill (attention_prefill.cu): every other call; persistent blocks walk (token tile,
+//    kv head) items, `partials` holds the tile list.
+// The choice uses host-side shape only (tokens, heads, head_dim, max_kv_len, window); since both
+// paths give the same bits it only moves time. Split-KV blocks whose chunk lies past a token's visible
+// range exit without writing: the combine kernel derives each token's chunk range from the same
+// device-side q_pos / kv_len, so a CUDA graph captured with max_kv_len = capacity replays correctly.
+#include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/attention_kernels.cuh"
+#include "lmx/ops/cuda/cuda_check.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace lmx::cuda {
+namespace {
+
+using attn::kChunkKeys;
+
+// Split-KV only for few query tokens (each token reads its keys on its own) and bounded scratch.
+constexpr int64_t kDecodeMaxTokens = 64;
+constexpr int64_t kDecodeMaxSlots = 2048;  // the combine kernel keeps 16 bytes per slot in shared memory
+constexpr size_t kDecodeMaxBytes = size_t{512} << 20;
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+int dim_tier(int head_dim) {
+  for (int t : {32, 64, 128, 256}) {
+    if (head_dim <= t) return t;
+  }
+  return 512;
+}
+
+struct Plan {
+  bool decode = false;
+  int n_slots = 0;
+  size_t acc_bytes = 0;  // decode: partial acc, then (m, l) pairs
+  size_t bytes = 0;
+};
+
+Plan make_plan(const AttentionBatch& b) {
+  Plan plan;
+  if (b.tokens <= 0) return plan;
+  const int64_t chunks = std::max<int64_t>(1, (b.max_kv_len + kChunkKeys - 1) / kChunkKeys);
+  // A window of W keys touches at most (W - 1) / 256 + 2 chunks.
+  const int64_t slots = b.window > 0 ? std::min<int64_t>(chunks, (b.window - 1) / kChunkKeys + 2) : chunks;
+  const size_t rows = static_cast<size_t>(b.tokens) * static_cast<size_t>(b.heads) * static_cast<size_t>(slots);
+  const size_t acc_bytes = align256(rows * static_cast<size_t>(b.head_dim) * sizeof(float));
+  const size_t decode_bytes = acc_bytes + align256(rows * sizeof(float2));
+  if (b.tokens <= kDecodeMaxTokens && slots <= kDecodeMaxSlots && decode_bytes <= kDecodeMaxBytes) {
+    plan.decode = true;
+    plan.n_slots = static_cast<int>(slots);
+    plan.acc_bytes = acc_bytes;
+    plan.bytes = decode_bytes;
+  } else {
+    plan.bytes = align256(static_cast<size_t>(b.tokens + 3) * sizeof(int));
+  }
+  return plan;
+}
+
+void validate(const AttentionBatch& b) {
+  LMX_REQUIRE(InvalidArgument, b.heads > 0 && b.kv_heads > 0 && b.heads % b.kv_heads == 0,
+              "cuda attention: heads {} must be a positive multiple of kv_heads {}", b.heads, b.kv_heads);
+  LMX_REQUIRE(InvalidArgument, b.head_dim > 0 && b.head_dim <= 512 && b.head_dim % 32 == 0,
+              "cuda attention: head_dim {} must be a multiple of 32 in [32, 512]", b.head_dim);
+  LMX_REQUIRE(InvalidArgument, b.tokens <= (int64_t{1} << 24) && b.max_kv_len >= 0,
+              "cuda attention: {} tokens / max_kv_len {} out of range", b.tokens, b.max_kv_len);
+  LMX_REQUIRE(InvalidArgument,
+              b.q && b.out && b.q_pos && b.q_seq && b.k && b.v && b.kv_len && b.q_stride >= int64_t{b.heads} * b.head_dim,
+              "cuda attention: missing pointer or q_stride {} < heads * head_dim", b.q_stride);
+}
+
+// Per (kernel, device) cache of one-time settings.
+std::mutex g_cache_mutex;
+std::map<std::pair<const void*, int>, int> g_smem_set;
+std::map<std::pair<const void*, int>, int> g_resident;
+
+int current_device() {
+  int device = 0;
+  LMX_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+// ---- kv_append ------------------------------------------------------------------------------------------
+
+// One thread per 4 (kVec4) or 1 element of one token's [kv_heads, head_dim] row, for k and v.
+template <bool kVec4>
+__global__ void kv_append_kernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
+                                 int row_elems, const int32_t* q_pos, const int32_t* q_seq, uint16_t* const* k_store,
+                                 uint16_t* const* v_store) {
+  constexpr int kW = kVec4 ? 4 : 1;
+  const int per_token = row_elems / kW;
+  const int64_t total = tokens * per_token;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / per_token;
+    const int e = static_cast<int>(i % per_token) * kW;
+    const int32_t seq = q_seq[t];
+    const int64_t dst = static_cast<int64_t>(q_pos[t]) * row_elems + e;
+    if constexpr (kVec4) {
+      const float4 a = *reinterpret_cast<const float4*>(k + t * k_stride + e);
+      const float4 c = *reinterpret_cast<const float4*>(v + t * v_stride + e);
+      *reinterpret_cast<uint2*>(k_store[seq] + dst) =
+          make_uint2(attn::pack_bf16x2(a.x, a.y), attn::pack_bf16x2(a.z, a.w));
+      *reinterpret_cast<uint2*>(v_store[seq] + dst) =
+          make_uint2(attn::pack_bf16x2(c.x, c.y), attn::pack_bf16x2(c.z, c.w));
+    } else {
+      k_store[seq][dst] = __bfloat16_as_ushort(__float2bfloat16_rn(k[t * k_stride + e]));
+      v_store[seq][dst] = __bfloat16_as_ushort(__float2bfloat16_rn(v[t * v_stride + e]));
+    }
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+namespace attn {
+
+void ensure_smem(const void* kernel, int bytes) {
+  if (bytes <= 48 * 1024) return;
+  const std::pair<const void*, int> key{kernel, current_device()};
+  std::lock_guard lock(g_cache_mutex);
+  auto it = g_smem_set.find(key);
+  if (it != g_smem_set.end() && it->second >= bytes) return;
+  LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  g_smem_set[key] = bytes;
+}
+
+int resident_blocks(const void* kernel, int threads, int smem_bytes) {
+  const int device = current_device();
+  const std::pair<const void*, int> key{kernel, device};
+  std::lock_guard lock(g_cache_mutex);
+  auto it = g_resident.find(key);
+  if (it != g_resident.end()) return it->second;
+  int per_sm = 0, sms = 0;
+  LMX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
+  LMX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (per_sm < 1) throw CudaError("cuda attention: prefill kernel cannot be resident on this device");
+  const int resident = per_sm * sms;
+  g_resident[key] = resident;
+  return resident;
+}
+
+}  // namespace attn
+
+size_t attention_partials_bytes(const AttentionBatch& batch) { return make_plan(batch).bytes; }
+
+void attention(const AttentionBatch& batch, float* partials, size_t partials_bytes, cudaStream_t stream) {
+  if (batch.tokens <= 0) return;
+  validate(batch);
+  const Plan plan = make_plan(batch);
+  LMX_REQUIRE(InvalidArgument, partials != nullptr && partials_bytes >= plan.bytes,
+              "cuda attention: partials scratch of {} bytes, {} needed", partials_bytes, plan.bytes);
+  attn::Params p;
+  p.q = batch.q;
+  p.q_stride = batch.q_stride;
+  p.out = batch.out;
+  p.tokens = static_cast<int>(batch.tokens);
+  p.heads = batch.heads;
+  p.kv_heads = batch.kv_heads;
+  p.head_dim = batch.head_dim;
+  p.group = batch.heads / batch.kv_heads;
+  p.q_pos = batch.q_pos;
+  p.q_seq = batch.q_seq;
+  p.k = batch.k;
+  p.v = batch.v;
+  p.kv_len = batch.kv_len;
+  p.window = batch.window;
+  p.scale_log2 = static_cast<float>(static_cast<double>(batch.scale) * 1.4426950408889634);
+  p.q_vec4 = aligned16(batch.q) && batch.q_stride % 4 == 0;
+  const int tier = dim_tier(batch.head_dim);
+  if (plan.decode) {
+    p.gh = std::min(p.group, 16);
+    p.head_blocks = (p.group + 15) / 16;
+    p.tokens_per_item = 1;
+    p.part_acc = partials;
+    p.part_ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(partials) + plan.acc_bytes);
+    p.n_slots = plan.n_slots;
+    attn::launch_decode(p, tier, stream);
+  } else {
+    const int rows = attn::prefill_rows(tier);
+    p.gh = std::min(p.group, rows);
+    p.head_blocks = (p.group + p.gh - 1) / p.gh;
+    p.tokens_per_item = rows / p.gh;
+    p.work = reinterpret_cast<int*>(partials);
+    attn::launch_prefill(p, tier, stream);
+  }
+}
+
+void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens, int kv_heads,
+               int head_dim, const int32_t* q_pos, const int32_t* q_seq, uint16_t* const* k_store,
+               uint16_t* const* v_store, cudaStream_t stream) {
+  if (tokens <= 0) return;
+  LMX_REQUIRE(InvalidArgument, kv_heads > 0 && head_dim > 0, "kv_append: kv_heads {} head_dim {}", kv_heads,
+              head_dim);
+  const int row_elems = kv_heads * head_dim;
+  const bool vec4 = row_elems % 4 == 0 && k_stride % 4 == 0 && v_stride % 4 == 0 && aligned16(k) && aligned16(v);
+  constexpr int kThreads = 256;
+  const int64_t work = tokens * (vec4 ? row_elems / 4 : row_elems);
+  const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, 8192));
+  if (vec4) {
+    kv_append_kernel<true><<<grid, kThreads, 0, stream>>>(k, k_stride, v, v_stride, tokens, row_elems, q_pos, q_seq,
+                                                         k_store, v_store);
+  } else {
+    kv_append_kernel<false><<<grid, kThreads, 0, stream>>>(k, k_stride, v, v_stride, tokens, row_elems, q_pos, q_seq,
+                                                          k_store, v_store);
+  }
+  LMX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lmx::cuda

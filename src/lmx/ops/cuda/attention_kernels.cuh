@@ -1,0 +1,381 @@
+// Internal to the CUDA attention (attention.cu, attention_decode.cu, attention_prefill.cu): the shared
+// per-tile arithmetic of the split-KV decode kernel and the tiled prefill kernel.
+//
+// One numeric definition for both paths. A query row's result is a fixed function of its q and its
+// visible keys, whichever kernel computes it and whatever else shares the call:
+//  - keys are cut at absolute multiples of 64 (tiles) and 256 (chunks);
+//  - inside a chunk, tiles are folded in key order with the online softmax (running max m, acc and l
+//    rescaled by ex2(m_old - m_new), p = ex2(s - m) rounded to bf16, acc += P·V and l += P·1 on the
+//    tensor cores, q rounded to bf16, S = q·k on the tensor cores chained over head_dim in order);
+//  - chunk states are folded in key order, starting from the row's first non-empty chunk, by
+//    m = max(m_r, m_c), a = ex2(m_r - m), b = ex2(m_c - m), x = fma(x_r, a, x_c * b) for acc and l;
+//  - out = acc / l (zeros when the row sees no key).
+// The decode kernel computes one chunk per block and stores the chunk state (partials); the combine
+// kernel folds them. The prefill kernel folds chunk states in registers as it walks the keys. Tiles or
+// chunks that a row cannot see leave its state bit-for-bit unchanged (m stays, alpha = ex2(0) = 1, p =
+// 0), so skipping them (decode) or walking them (prefill, for other rows of the tile) is the same.
+// Every rounding step is an explicit intrinsic (__fmul_rn, __fsub_rn, __fmaf_rn, __fdiv_rn,
+// ex2.approx), so nvcc cannot contract differently in the two kernels.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lmx::cuda::attn {
+
+constexpr int kTileKeys = 64;
+constexpr int kChunkTiles = 4;
+constexpr int kChunkKeys = kTileKeys * kChunkTiles;
+constexpr uint32_t kOnesBf16x2 = 0x3F803F80u;  // two bf16 1.0
+
+struct Params {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  float* out = nullptr;
+  int tokens = 0, heads = 0, kv_heads = 0, head_dim = 0, group = 0;
+  const int32_t* q_pos = nullptr;
+  const int32_t* q_seq = nullptr;
+  const uint16_t* const* k = nullptr;
+  const uint16_t* const* v = nullptr;
+  const int32_t* kv_len = nullptr;
+  int window = 0;
+  float scale_log2 = 0.0f;  // scale * log2(e): scores are kept in log2 units
+  bool q_vec4 = false;      // q rows are 16-byte aligned (float4 loads)
+  // Rows of a work item: heads [hb * gh, hb * gh + gh) ∩ [0, group) of tokens_per_item tokens.
+  int gh = 0, head_blocks = 0, tokens_per_item = 0;
+  // Decode: partial chunk states [tokens, heads, n_slots] of (m, l) and acc[head_dim].
+  float* part_acc = nullptr;
+  float2* part_ml = nullptr;
+  int n_slots = 0;
+  // Prefill: work[0] = item counter, work[1] = tile count, work[2 ..] = first token of each tile, then
+  // `tokens` as a sentinel.
+  int* work = nullptr;
+};
+
+// Per head-dim tier DT (head_dim ≤ DT, zero-padded in shared memory): NW warps share 16 query rows;
+// for S each takes 64/NW keys of the tile, for P·V each takes DT/NW output columns. The split is
+// free to differ between kernels: every S element, P·V element and row sum is the same chain of
+// tensor-core steps whichever warp runs it, and the row max is exact.
+template <int DT, int NW>
+struct Dims {
+  static constexpr int kNW = NW;
+  static constexpr int kDW = DT / kNW;         // output columns per warp
+  static constexpr int kNB = kDW / 8;          // n8 blocks of acc per warp
+  static constexpr int kKW = kTileKeys / kNW;  // keys of S per warp
+  static constexpr int kSNB = kKW / 8;         // n8 blocks of S per warp
+  static constexpr int kStride = DT + 8;       // bf16 per shared row of Q, K, V (16-byte pad: no bank conflicts)
+  static constexpr int kPStride = kTileKeys + 8;
+  static_assert(kNB % 2 == 0 && kSNB >= 1, "acc fragments are loaded in pairs");
+};
+
+// Shared memory of a block with RG row groups (16 * RG query rows).
+template <int DT, int NW, int RG>
+struct Layout {
+  using D = Dims<DT, NW>;
+  static constexpr int kRows = 16 * RG;
+  static constexpr int kThreads = 32 * NW * RG;
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kRows * D::kStride * 2;
+  static constexpr int kV = kK + kTileKeys * D::kStride * 2;
+  static constexpr int kP = kV + kTileKeys * D::kStride * 2;
+  static constexpr int kRed = kP + kRows * D::kPStride * 2;
+  static constexpr int kRowInfo = kRed + kRows * NW * 4;
+  static constexpr int kBytes = kRowInfo + kRows * 16;
+};
+
+// ---- PTX wrappers ---------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t (&r)[2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// c += a · b (m16n8k16, bf16 inputs, f32 accumulators).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// 16 bytes global → shared; the bytes past src_bytes (0 or 16) are zero-filled.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// 2^x (ex2.approx: a fixed hardware function, so the same input gives the same bits everywhere).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- Chunk fold (shared with the combine kernel) ------------------------------------------------------------
+
+__device__ __forceinline__ void merge_coeffs(float m_r, float m_c, float& m, float& a, float& b) {
+  m = fmaxf(m_r, m_c);
+  a = ex2(__fsub_rn(m_r, m));
+  b = ex2(__fsub_rn(m_c, m));
+}
+__device__ __forceinline__ float merge_apply(float x_r, float a, float x_c, float b) {
+  return __fmaf_rn(x_r, a, __fmul_rn(x_c, b));
+}
+
+// Visible key range [lo, hi) of query token t; lo = hi = 0 when it sees no key.
+__device__ __forceinline__ int2 key_range(const Params& p, int t) {
+  const int64_t pos = p.q_pos[t];
+  const int64_t kvl = p.kv_len[p.q_seq[t]];
+  const int64_t hi = pos + 1 < kvl ? pos + 1 : kvl;
+  int64_t lo = 0;
+  if (p.window > 0 && pos - p.window + 1 > 0) lo = pos - p.window + 1;
+  if (hi <= lo) return make_int2(0, 0);
+  return make_int2(static_cast<int>(lo), static_cast<int>(hi));
+}
+
+// ---- Work-item setup ----------------------------------------------------------------------------------------
+
+// Rows of an item: tokens [t0, t0 + ntok) of one sequence × heads hb * gh + [0, gh) of kv head kvh.
+// Row r: token t0 + r / gh, head-in-group hb * gh + r % gh. Writes (token, head, lo, hi) per row to
+// shared memory (token -1 for padding rows) and loads Q (bf16, zero-padded) into shared memory.
+template <int DT, int NW, int RG>
+__device__ __forceinline__ void setup_rows(const Params& p, char* smem, int t0, int ntok, int kvh, int hb) {
+  using L = Layout<DT, NW, RG>;
+  using D = Dims<DT, NW>;
+  int4* info = reinterpret_cast<int4*>(smem + L::kRowInfo);
+  const int tid = threadIdx.x;
+  if (tid < L::kRows) {
+    const int tok = tid / p.gh, hh = hb * p.gh + tid % p.gh;
+    int4 r = make_int4(-1, -1, 0, 0);
+    if (tok < ntok && hh < p.group) {
+      const int t = t0 + tok;
+      const int2 range = key_range(p, t);
+      r = make_int4(t, kvh * p.group + hh, range.x, range.y);
+    }
+    info[tid] = r;
+  }
+  __syncthreads();
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
+  constexpr int kQuads = DT / 4;
+  for (int i = tid; i < L::kRows * kQuads; i += L::kThreads) {
+    const int r = i / kQuads, c = (i % kQuads) * 4;
+    const int4 ri = info[r];
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (ri.x >= 0 && c < p.head_dim) {
+      const float* src = p.q + ri.x * p.q_stride + static_cast<int64_t>(ri.y) * p.head_dim + c;
+      if (p.q_vec4) {
+        x = *reinterpret_cast<const float4*>(src);
+      } else {
+        x = make_float4(src[0], src[1], src[2], src[3]);
+      }
+    }
+    uint2 packed = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+    *reinterpret_cast<uint2*>(qs + r * D::kStride + c) = packed;
+  }
+}
+
+// Issues the cp.async copies of one 64-key tile of K or V (keys outside [lo, hi) and columns past
+// head_dim are zero-filled, so never-written slots cannot put NaN into P·V).
+template <int DT, int THREADS>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* dst, const uint16_t* base, int kv_heads, int kvh,
+                                          int head_dim, int key0, int lo, int hi) {
+  constexpr int kStride = DT + 8;
+  constexpr int kChunks = DT / 8;
+  for (int i = threadIdx.x; i < kTileKeys * kChunks; i += THREADS) {
+    const int key = i / kChunks, c = (i % kChunks) * 8;
+    const int j = key0 + key;
+    const bool ok = j >= lo && j < hi && c < head_dim;
+    const uint16_t* src = ok ? base + (static_cast<int64_t>(j) * kv_heads + kvh) * head_dim + c : base;
+    cp_async16(smem_addr(dst + key * kStride + c), src, ok ? 16 : 0);
+  }
+}
+
+// Per-thread online-softmax state of one chunk for the thread's two rows (g = lane / 4 and g + 8 of
+// its row group) and its kDW output columns.
+template <int DT, int NW>
+struct ChunkState {
+  static constexpr int kNB = Dims<DT, NW>::kNB;
+  float acc[kNB][4];
+  float l[4];  // P·1: every column holds the row sum; l[0] row g, l[2] row g + 8
+  float m[2];
+  __device__ __forceinline__ void reset() {
+#pragma unroll
+    for (int n = 0; n < kNB; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) l[e] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+  }
+};
+
+// One 64-key tile (K and V already in shared memory, async copies tracked by the caller): scores,
+// masking, online-softmax update and P·V for the thread's rows. `lo`/`hi` are the visible key
+// ranges of the thread's two rows. Contains the block barriers between the S and P·V phases; calls
+// `after_s()` once every warp has finished reading K and `before_pv()` before waiting for V.
+template <int DT, int NW, int RG, typename AfterS, typename BeforePV>
+__device__ __forceinline__ void process_tile(char* smem, ChunkState<DT, NW>& st, int key0, const int (&lo)[2],
+                                             const int (&hi)[2], float scale_log2, AfterS after_s,
+                                             BeforePV before_pv) {
+  using D = Dims<DT, NW>;
+  using L = Layout<DT, NW, RG>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rg = warp / D::kNW, wn = warp % D::kNW;
+  const int g = lane >> 2, q4 = lane & 3;
+  const __nv_bfloat16* qs = reinterpret_cast<const __nv_bfloat16*>(smem + L::kQ);
+  const __nv_bfloat16* ks = reinterpret_cast<const __nv_bfloat16*>(smem + L::kK);
+  const __nv_bfloat16* vs = reinterpret_cast<const __nv_bfloat16*>(smem + L::kV);
+  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(smem + L::kP);
+  float* red = reinterpret_cast<float*>(smem + L::kRed);
+
+  // S = Q Kᵀ for the warp's kKW keys, chained over head_dim in k16 steps.
+  float s[D::kSNB][4];
+#pragma unroll
+  for (int n = 0; n < D::kSNB; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+  {
+    const uint32_t q_addr = smem_addr(qs + (rg * 16 + (lane & 15)) * D::kStride + (lane >> 4) * 8);
+    const uint32_t k_addr =
+        smem_addr(ks + (wn * D::kKW + (lane & 7) + ((lane >> 4) << 3)) * D::kStride + ((lane >> 3) & 1) * 8);
+#pragma unroll 4
+    for (int kk = 0; kk < DT / 16; ++kk) {
+      uint32_t a[4];
+      ldsm_x4(q_addr + kk * 32, a);
+#pragma unroll
+      for (int j = 0; j < D::kSNB / 2; ++j) {
+        uint32_t b[4];
+        ldsm_x4(k_addr + (j * 16 * D::kStride) * 2 + kk * 32, b);
+        mma_bf16(s[2 * j], a, b[0], b[1]);
+        mma_bf16(s[2 * j + 1], a, b[2], b[3]);
+      }
+      if constexpr (D::kSNB % 2 == 1) {
+        uint32_t b[2];
+        ldsm_x2(k_addr + ((D::kSNB - 1) * 8 * D::kStride) * 2 + kk * 32, b);
+        mma_bf16(s[D::kSNB - 1], a, b[0], b[1]);
+      }
+    }
+  }
+  // Scale to log2 units, mask, row max.
+  float mx[2] = {-INFINITY, -INFINITY};
+  const int kbase = key0 + wn * D::kKW + 2 * q4;
+#pragma unroll
+  for (int n = 0; n < D::kSNB; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = kbase + n * 8 + (e & 1), r = e >> 1;
+      const bool vis = key >= lo[r] && key < hi[r];
+      s[n][e] = vis ? __fmul_rn(s[n][e], scale_log2) : -INFINITY;
+      mx[r] = fmaxf(mx[r], s[n][e]);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+  }
+  if constexpr (D::kNW > 1) {
+    if (q4 == 0) {
+      red[(rg * 16 + g) * D::kNW + wn] = mx[0];
+      red[(rg * 16 + g + 8) * D::kNW + wn] = mx[1];
+    }
+  }
+  __syncthreads();  // every warp is done with K; the partial maxima are visible
+  after_s();
+  if constexpr (D::kNW > 1) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float* row = red + (rg * 16 + g + 8 * r) * D::kNW;
+      float v = row[0];
+#pragma unroll
+      for (int w = 1; w < D::kNW; ++w) v = fmaxf(v, row[w]);
+      mx[r] = v;
+    }
+  }
+  // Online-softmax update: m_new, alpha, p (bf16) → shared P.
+  float mu[2], alpha[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(st.m[r], mx[r]);
+    mu[r] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[r] = ex2(__fsub_rn(st.m[r], mu[r]));
+    st.m[r] = m_new;
+  }
+#pragma unroll
+  for (int n = 0; n < D::kSNB; ++n) {
+    const int col = wn * D::kKW + n * 8 + 2 * q4;
+    const uint32_t p0 = pack_bf16x2(ex2(__fsub_rn(s[n][0], mu[0])), ex2(__fsub_rn(s[n][1], mu[0])));
+    const uint32_t p1 = pack_bf16x2(ex2(__fsub_rn(s[n][2], mu[1])), ex2(__fsub_rn(s[n][3], mu[1])));
+    *reinterpret_cast<uint32_t*>(ps + (rg * 16 + g) * D::kPStride + col) = p0;
+    *reinterpret_cast<uint32_t*>(ps + (rg * 16 + g + 8) * D::kPStride + col) = p1;
+  }
+#pragma unroll
+  for (int n = 0; n < D::kNB; ++n) {
+    st.acc[n][0] = __fmul_rn(st.acc[n][0], alpha[0]);
+    st.acc[n][1] = __fmul_rn(st.acc[n][1], alpha[0]);
+    st.acc[n][2] = __fmul_rn(st.acc[n][2], alpha[1]);
+    st.acc[n][3] = __fmul_rn(st.acc[n][3], alpha[1]);
+  }
+  st.l[0] = __fmul_rn(st.l[0], alpha[0]);
+  st.l[1] = __fmul_rn(st.l[1], alpha[0]);
+  st.l[2] = __fmul_rn(st.l[2], alpha[1]);
+  st.l[3] = __fmul_rn(st.l[3], alpha[1]);
+  before_pv();
+  __syncthreads();  // P and V visible
+  // acc += P V (the warp's kDW columns), l += P 1; chained over the tile's keys in k16 steps.
+  {
+    const uint32_t p_addr = smem_addr(ps + (rg * 16 + (lane & 15)) * D::kPStride + (lane >> 4) * 8);
+    const uint32_t v_addr = smem_addr(vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * D::kStride + wn * D::kDW +
+                                      (lane >> 4) * 8);
+#pragma unroll
+    for (int kk = 0; kk < kTileKeys / 16; ++kk) {
+      uint32_t a[4];
+      ldsm_x4(p_addr + kk * 32, a);
+#pragma unroll
+      for (int j = 0; j < D::kNB / 2; ++j) {
+        uint32_t b[4];
+        ldsm_x4_trans(v_addr + (kk * 16 * D::kStride + j * 16) * 2, b);
+        mma_bf16(st.acc[2 * j], a, b[0], b[1]);
+        mma_bf16(st.acc[2 * j + 1], a, b[2], b[3]);
+      }
+      mma_bf16(st.l, a, kOnesBf16x2, kOnesBf16x2);
+    }
+  }
+  __syncthreads();  // every warp is done with V and P
+}
+
+// ---- Launchers (attention_decode.cu, attention_prefill.cu) and host helpers (attention.cu) -----------------
+
+// Split-KV kernel + combine; p.part_acc, p.part_ml, p.n_slots, p.gh = min(group, 16), p.head_blocks set.
+void launch_decode(const Params& p, int dim_tier, cudaStream_t stream);
+// Tile list + persistent tiled kernel; p.work, p.gh, p.head_blocks, p.tokens_per_item set for
+// prefill_rows(dim_tier) rows per item.
+void launch_prefill(const Params& p, int dim_tier, cudaStream_t stream);
+// Query rows per prefill work item for a head-dim tier.
+constexpr int prefill_rows(int dim_tier) { return dim_tier > 128 ? 32 : 64; }
+// Raises the kernel's dynamic shared-memory limit on the current device once.
+void ensure_smem(const void* kernel, int bytes);
+// Resident blocks per SM × SMs of the current device for a kernel shape (cached per device).
+int resident_blocks(const void* kernel, int threads, int smem_bytes);
+
+}  // namespace lmx::cuda::attn

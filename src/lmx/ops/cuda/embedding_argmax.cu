@@ -1,0 +1,153 @@
+// CUDA embedding lookup (f32/bf16 tables) and row-wise argmax (elementwise.h); both bit-exact with
+// the CPU ops::embedding and ops::argmax.
+#include "lmx/core/error.h"
+#include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/elementwise.h"
+#include "lmx/ops/cuda/elementwise_util.cuh"
+
+#include <climits>
+
+namespace lmx::cuda {
+namespace {
+
+using detail::aligned16;
+using detail::grid_blocks;
+using detail::kThreads;
+
+constexpr int64_t kMaxRowBlocks = 65535;
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+
+// Loads element group c of a table row and widens it to f32: Src = float, float4 (4 f32), uint16_t
+// (1 bf16) or uint2 (4 bf16, little-endian: element 0 in the low half of .x).
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float4 widen(float4 v) { return v; }
+__device__ __forceinline__ float widen(uint16_t v) { return bf16_bits_to_f32(v); }
+__device__ __forceinline__ float4 widen(uint2 v) {
+  return make_float4(bf16_bits_to_f32(v.x & 0xffffu), __uint_as_float(v.x & 0xffff0000u),
+                     bf16_bits_to_f32(v.y & 0xffffu), __uint_as_float(v.y & 0xffff0000u));
+}
+__device__ __forceinline__ float scaled(float v, float s) { return __fmul_rn(v, s); }
+__device__ __forceinline__ float4 scaled(float4 v, float s) {
+  return make_float4(__fmul_rn(v.x, s), __fmul_rn(v.y, s), __fmul_rn(v.z, s), __fmul_rn(v.w, s));
+}
+
+// One block per token (grid-stride over tokens). n and out_stride are in units of Dst (float or float4).
+template <typename Src, typename Dst>
+__global__ void embedding_kernel(const Src* table, int64_t n, const int32_t* ids, int64_t count, float scale,
+                                 Dst* out, int64_t out_stride) {
+  for (int64_t t = blockIdx.x; t < count; t += gridDim.x) {
+    const Src* row = table + static_cast<int64_t>(ids[t]) * n;
+    Dst* orow = out + t * out_stride;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) orow[c] = scaled(widen(row[c]), scale);
+  }
+}
+
+template <typename Src, typename Dst>
+void launch_embedding(const void* table, int64_t n, const int32_t* ids, int64_t count, float scale, float* out,
+                      int64_t out_stride, cudaStream_t stream) {
+  const int threads = n >= kThreads ? kThreads : static_cast<int>((n + 31) / 32 * 32);
+  embedding_kernel<Src, Dst><<<grid_blocks(count, 1, kMaxRowBlocks), threads, 0, stream>>>(
+      static_cast<const Src*>(table), n, ids, count, scale, reinterpret_cast<Dst*>(out), out_stride);
+  LMX_CUDA_CHECK_LAUNCH();
+}
+
+// Whether candidate (v, i) beats (best_v, best_i): a non-NaN beats a NaN, then the larger value, then
+// the lower index. A total order, so the winner of any reduction tree is the row's first maximum
+// (or index 0 when every element is NaN), as ops::argmax.
+__device__ __forceinline__ bool beats(float v, int i, float best_v, int best_i) {
+  const bool nan = isnan(v), best_nan = isnan(best_v);
+  if (nan != best_nan) return best_nan;
+  if (!nan && v != best_v) return v > best_v;
+  return i < best_i;
+}
+
+__device__ __forceinline__ void consider(float v, int i, float& best_v, int& best_i) {
+  if (beats(v, i, best_v, best_i)) {
+    best_v = v;
+    best_i = i;
+  }
+}
+
+// One block per row (grid-stride over rows). kVec4: x 16-byte aligned and cols % 4 == 0.
+template <bool kVec4>
+__global__ void argmax_rows_kernel(const float* x, int64_t rows, int cols, int32_t* out) {
+  __shared__ float shared_v[32];
+  __shared__ int shared_i[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* row = x + r * cols;
+    float best_v = __int_as_float(0x7fc00000);  // NaN at INT_MAX: loses to every element
+    int best_i = INT_MAX;
+    if constexpr (kVec4) {
+      const float4* row4 = reinterpret_cast<const float4*>(row);
+      for (int c = threadIdx.x; c < cols / 4; c += blockDim.x) {
+        const float4 v = row4[c];
+        consider(v.x, 4 * c, best_v, best_i);
+        consider(v.y, 4 * c + 1, best_v, best_i);
+        consider(v.z, 4 * c + 2, best_v, best_i);
+        consider(v.w, 4 * c + 3, best_v, best_i);
+      }
+    } else {
+      for (int c = threadIdx.x; c < cols; c += blockDim.x) consider(row[c], c, best_v, best_i);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
+      const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+      consider(v, i, best_v, best_i);
+    }
+    if (lane == 0) {
+      shared_v[warp] = best_v;
+      shared_i[warp] = best_i;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      const int warps = blockDim.x >> 5;
+      best_v = lane < warps ? shared_v[lane] : __int_as_float(0x7fc00000);
+      best_i = lane < warps ? shared_i[lane] : INT_MAX;
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
+        const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+        consider(v, i, best_v, best_i);
+      }
+      if (lane == 0) out[r] = best_i == INT_MAX ? 0 : best_i;
+    }
+    __syncthreads();  // shared_v / shared_i are reused by the next row
+  }
+}
+
+}  // namespace
+
+void embedding(const void* table, DType dtype, int64_t dim, const int32_t* ids, int64_t count, float scale,
+               float* out, int64_t out_stride, cudaStream_t stream) {
+  LMX_REQUIRE(InvalidArgument, dtype == DType::kF32 || dtype == DType::kBF16,
+              "cuda::embedding: table dtype {} is not F32 or BF16", dtype_name(dtype));
+  if (count <= 0 || dim <= 0) return;
+  const bool out_vec4 = dim % 4 == 0 && out_stride % 4 == 0 && aligned16(out);
+  if (dtype == DType::kBF16) {
+    if (out_vec4 && (reinterpret_cast<uintptr_t>(table) & 7u) == 0)
+      launch_embedding<uint2, float4>(table, dim / 4, ids, count, scale, out, out_stride / 4, stream);
+    else
+      launch_embedding<uint16_t, float>(table, dim, ids, count, scale, out, out_stride, stream);
+  } else {
+    if (out_vec4 && aligned16(table))
+      launch_embedding<float4, float4>(table, dim / 4, ids, count, scale, out, out_stride / 4, stream);
+    else
+      launch_embedding<float, float>(table, dim, ids, count, scale, out, out_stride, stream);
+  }
+}
+
+void argmax_rows(const float* x, int64_t rows, int64_t cols, int32_t* out, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const int threads = cols >= 32768 ? 1024 : kThreads;
+  const unsigned grid = grid_blocks(rows, 1, kMaxRowBlocks);
+  if (cols % 4 == 0 && aligned16(x))
+    argmax_rows_kernel<true><<<grid, threads, 0, stream>>>(x, rows, static_cast<int>(cols), out);
+  else
+    argmax_rows_kernel<false><<<grid, threads, 0, stream>>>(x, rows, static_cast<int>(cols), out);
+  LMX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lmx::cuda

@@ -1,0 +1,762 @@
+// Tensor-core projection kernels shared by dense_linear (bf16 weights) and quantized_linear (MLX affine
+// weights): the weight-fragment formats, the decode kernel (few x rows, split-K over warps) and the
+// prefill kernel (128 x 128 tiles, cp.async pipeline), which compute every output bit for bit alike.
+//
+// Numerics. out[m, n] = Σ_k bf16(x[m, k]) · bf16(w[n, k]) with mma.sync m16n8k16 (f32 accumulate):
+// x rounded to nearest bf16; a quantized weight dequantized in registers to the bf16 nearest its exact
+// value (4-bit codes with bf16 scales: one rounding of s*q + b; every other case: bf16 of the f32
+// fmaf(s, q, b)); bf16 weights as stored.
+//
+// Reduction order and batch invariance. K is cut into chunks of 128 columns; in a chunk, lane (g, c) of a
+// warp (g = lane / 4, c = lane % 4) owns 32 columns of its weight rows g and g + 8, in an order fixed per
+// format (Format::quad_start / pair_quad / pair_pos below: whatever keeps its loads 16 bytes wide), and
+// the chunk is 8 mma steps of 16 columns. The chunks are split into `segments` contiguous ranges, a
+// function of (N, K) only (linear_segments); each segment is summed by its own chain of mma (C starts
+// at +0), and the output is ((seg0 + seg1) + seg2) + ... in f32. The decode kernel runs one warp per
+// (16 weight rows, segment) and adds the segments through shared memory; the prefill kernel runs the
+// segments in sequence in one block and adds them in registers. Both feed each mma the same operands in
+// the same slots (x's columns are permuted the same way as the weight's), and an mma's output element
+// depends only on its own row of A, column of B and accumulator, so out[m, :] is bit-identical whatever
+// M, m or the other rows of x, and whichever kernel ran.
+#pragma once
+
+#include "lmx/core/dtype.h"
+#include "lmx/ops/cuda/context.h"
+#include "lmx/ops/cuda/quant_codes.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace lmx::cuda::linear {
+
+constexpr int kChunk = 128;        // K columns per chunk (8 mma steps)
+constexpr int kMaxSegments = 16;   // decode block = 32 * segments threads
+constexpr int kDecodeMaxRows = 64; // x rows up to which linear_run uses the decode kernel
+constexpr int kTileN = 128;        // prefill tile: weight rows
+constexpr int kTileM = 128;        // prefill tile: x rows
+
+// What a projection reads: a [n, k] weight in one of the formats, x f32 [m, k], out f32 [m, n].
+enum class WeightFormat : int {
+  kDenseBf16,  // bf16 rows (k % 8 == 0, 16-byte aligned)
+  kQ4,         // 4-bit codes, 16-byte aligned
+  kQ8,         // 8-bit codes, 16-byte aligned
+  kPacked,     // any bits (2..8), 4-byte aligned words
+};
+
+struct Problem {
+  WeightFormat format = WeightFormat::kDenseBf16;
+  int bits = 16;                // 16 for dense bf16
+  int group_shift = 6;          // log2(group_size)
+  DType scale_dtype = DType::kBF16;
+  const uint32_t* weight = nullptr;  // codes (quantized) or bf16 pairs (dense)
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  int64_t n = 0, k = 0;
+  int64_t row_words = 0;        // 32-bit words per weight row = k * bits / 32
+  int64_t groups_per_row = 0;   // k / group_size
+  int chunks = 0;               // ceil(k / 128)
+  int segments = 1;             // split of the chunks (linear_segments)
+  const float* x = nullptr;
+  int64_t x_stride = 0, m = 0;
+  bool x_vec4 = false;          // x and x_stride allow 16-byte loads
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Number of K segments for an [n, k] weight: enough warps (16 rows x segment each) to fill an H200 in
+// decode, at least two chunks per segment. A function of the shape only (never of m or the device), so
+// results do not depend on either.
+inline int linear_segments(int64_t n, int64_t k) {
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  const int64_t tiles = (n + 15) / 16;
+  constexpr int64_t kTargetWarps = 2048;
+  int64_t s = (kTargetWarps + tiles / 2) / tiles;
+  s = s < chunks / 2 ? s : chunks / 2;
+  s = s < kMaxSegments ? s : kMaxSegments;
+  return s < 1 ? 1 : static_cast<int>(s);
+}
+
+__host__ __device__ __forceinline__ int segment_begin(int s, int segments, int chunks) {
+  return static_cast<int>(static_cast<int64_t>(s) * chunks / segments);
+}
+
+// ---- Small device helpers -----------------------------------------------------------------------------------
+
+// bf16x2 of (lo, hi), each rounded to nearest even; lo in the low half (the lower k of an mma pair).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// d = a * b + c on bf16x2 with one rounding.
+__device__ __forceinline__ uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// An integer code (< 2^23) as an exact f32.
+__device__ __forceinline__ float code_to_float(uint32_t code) {
+  return __uint_as_float(0x4B000000u | code) - 8388608.0f;
+}
+
+// Streaming 16-byte load of weights (read once: no L1 allocation).
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t load_stream4(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// D += A · B for one m16n8k16 bf16 tile (f32 accumulate).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte (or `bytes`-byte, 4/8/16) asynchronous copy global → shared; zero-fills when !valid.
+template <int kBytes>
+__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? kBytes : 0;
+  if constexpr (kBytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(kBytes),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// Scale/bias element i as f32 (exact), dtype known at compile time (Scale = bf16, half, float) or at run
+// time (Scale = void: problem's scale_dtype).
+template <class Scale>
+__device__ __forceinline__ float load_scale_as(const void* base, DType type, int64_t i) {
+  if constexpr (std::is_same_v<Scale, __nv_bfloat16>)
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+  else if constexpr (std::is_same_v<Scale, __half>)
+    return __half2float(static_cast<const __half*>(base)[i]);
+  else if constexpr (std::is_same_v<Scale, float>)
+    return static_cast<const float*>(base)[i];
+  else
+    return load_scale(base, type, i);
+}
+
+// ---- Weight formats --------------------------------------------------------------------------------------
+//
+// A format says, for lane column c (0..3) of a warp and one weight row, which 32 of a chunk's 128 columns
+// the lane owns and in which order it hands them to the mma. The lane's columns come as 8 "quads" of 4
+// consecutive columns (quad_start(c, q)); its 16 bf16x2 pairs P = 2 t + p (t the mma step, p the half:
+// k slots 2c..2c+1 or 2c+8..2c+9) hold elements (pair_quad(P, e), pair_pos(P, e)), e = 0, 1. The lane's
+// raw weight words (kWords per row per chunk) come in kLoads loads of kLoadBytes; dequant(raw, P, ...)
+// turns them into pair P. Scale slots: the groups the lane's columns fall in (slot_k: first column).
+//
+// kBits = 16 is the dense bf16 format. Loads of 16 bytes need the rows 16-byte aligned.
+
+// 4-bit codes, 16-byte loads: the lane's 16 bytes are columns 32c .. 32c+31; pair P takes nibbles k and
+// k + 4 of word P / 4 (k = P % 4), so pairs come out of one mask: (w >> 4k) & 0x000F000F.
+template <class Scale>
+struct FormatQ4 {
+  static constexpr int kBits = 4, kWords = 4, kLoads = 1, kLoadBytes = 16, kScaleSlots = 1;
+  using ScaleType = Scale;
+  __host__ __device__ static constexpr int load_word(int c, int l) { return 4 * c; }
+  __host__ __device__ static constexpr int load_k(int c, int l) { return 32 * c; }  // first column of load l
+  __host__ __device__ static constexpr int quad_start(int c, int q) { return 32 * c + 8 * (q >> 1) + 4 * (q & 1); }
+  __host__ __device__ static constexpr int pair_quad(int P, int e) { return 2 * (P >> 2) + e; }
+  __host__ __device__ static constexpr int pair_pos(int P, int e) { return P & 3; }
+  __host__ __device__ static constexpr int slot_k(int c, int slot) { return 32 * c; }
+  __host__ __device__ static constexpr int pair_slot(int P) { return 0; }
+  __host__ __device__ static constexpr int pair_load(int P) { return 0; }
+
+  __device__ __forceinline__ static uint32_t dequant(const uint32_t (&raw)[kWords], int P, const float (&s)[1],
+                                                     const float (&b)[1]) {
+    const uint32_t word = raw[P >> 2];
+    const int k = P & 3;
+    if constexpr (std::is_same_v<Scale, __nv_bfloat16>) {
+      // (128 + q) as bf16 by exponent injection, minus 128 (exact), then one fma (one rounding).
+      const uint32_t v = ((word >> (4 * k)) & 0x000F000Fu) | 0x43004300u;
+      const uint32_t q = fma_bf16x2(v, 0x3F803F80u, 0xC300C300u);
+      // s and b are bf16 values widened: their bf16 bits are the f32's high half.
+      const uint32_t s2 = __byte_perm(__float_as_uint(s[0]), 0u, 0x3232u);
+      const uint32_t b2 = __byte_perm(__float_as_uint(b[0]), 0u, 0x3232u);
+      return fma_bf16x2(q, s2, b2);
+    } else {
+      const uint32_t v = (word >> (4 * k)) & 0x000F000Fu;
+      return pack_bf16x2(fmaf(s[0], code_to_float(v & 0xFFFFu), b[0]), fmaf(s[0], code_to_float(v >> 16), b[0]));
+    }
+  }
+};
+
+// 8-bit codes, 16-byte loads: the lane's loads are columns 16c..16c+15 and 64+16c..64+16c+15 (so a warp's
+// load instruction covers 64 contiguous bytes of each row); pairs in natural order.
+template <class Scale>
+struct FormatQ8 {
+  static constexpr int kBits = 8, kWords = 8, kLoads = 2, kLoadBytes = 16, kScaleSlots = 2;
+  using ScaleType = Scale;
+  __host__ __device__ static constexpr int load_word(int c, int l) { return 16 * l + 4 * c; }
+  __host__ __device__ static constexpr int load_k(int c, int l) { return 64 * l + 16 * c; }
+  __host__ __device__ static constexpr int quad_start(int c, int q) { return 64 * (q >> 2) + 16 * c + 4 * (q & 3); }
+  __host__ __device__ static constexpr int pair_quad(int P, int e) { return P >> 1; }
+  __host__ __device__ static constexpr int pair_pos(int P, int e) { return 2 * (P & 1) + e; }
+  __host__ __device__ static constexpr int slot_k(int c, int slot) { return 64 * slot + 16 * c; }
+  __host__ __device__ static constexpr int pair_slot(int P) { return P >> 3; }
+  __host__ __device__ static constexpr int pair_load(int P) { return P >> 3; }
+
+  __device__ __forceinline__ static uint32_t dequant(const uint32_t (&raw)[kWords], int P, const float (&s)[2],
+                                                     const float (&b)[2]) {
+    const uint32_t word = raw[P >> 1];
+    const int byte = 2 * (P & 1);
+    const float scale = s[P >> 3], bias = b[P >> 3];
+    const float q0 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u | byte)) - 8388608.0f;
+    const float q1 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u | (byte + 1))) - 8388608.0f;
+    return pack_bf16x2(fmaf(scale, q0, bias), fmaf(scale, q1, bias));
+  }
+};
+
+// bf16 weights, 16-byte loads: load l holds columns 32l + 8c .. 32l + 8c + 7 (a warp's load instruction
+// covers 64 contiguous bytes of each row); pair P is raw word P.
+struct FormatDense {
+  static constexpr int kBits = 16, kWords = 16, kLoads = 4, kLoadBytes = 16, kScaleSlots = 0;
+  using ScaleType = float;
+  __host__ __device__ static constexpr int load_word(int c, int l) { return 16 * l + 4 * c; }
+  __host__ __device__ static constexpr int load_k(int c, int l) { return 32 * l + 8 * c; }
+  __host__ __device__ static constexpr int quad_start(int c, int q) { return 32 * (q >> 1) + 8 * c + 4 * (q & 1); }
+  __host__ __device__ static constexpr int pair_quad(int P, int e) { return P >> 1; }
+  __host__ __device__ static constexpr int pair_pos(int P, int e) { return 2 * (P & 1) + e; }
+  __host__ __device__ static constexpr int slot_k(int c, int slot) { return 0; }
+  __host__ __device__ static constexpr int pair_slot(int P) { return 0; }
+  __host__ __device__ static constexpr int pair_load(int P) { return P >> 2; }
+
+  template <int N>
+  __device__ __forceinline__ static uint32_t dequant(const uint32_t (&raw)[kWords], int P, const float (&)[N],
+                                                     const float (&)[N]) {
+    return raw[P];
+  }
+};
+
+// Any bits (2..8), 4-byte loads: the lane's `Bits` words hold its columns 32c .. 32c+31 (code i at bit
+// i * Bits, straddling words for 3, 5, 6 bits); pairs in natural order. Scale dtype at run time.
+template <int Bits>
+struct FormatPacked {
+  static constexpr int kBits = Bits, kWords = Bits, kLoads = Bits, kLoadBytes = 4, kScaleSlots = 1;
+  using ScaleType = void;
+  __host__ __device__ static constexpr int load_word(int c, int l) { return Bits * c + l; }
+  __host__ __device__ static constexpr int load_k(int c, int l) { return 32 * c; }
+  __host__ __device__ static constexpr int quad_start(int c, int q) { return 32 * c + 4 * q; }
+  __host__ __device__ static constexpr int pair_quad(int P, int e) { return P >> 1; }
+  __host__ __device__ static constexpr int pair_pos(int P, int e) { return 2 * (P & 1) + e; }
+  __host__ __device__ static constexpr int slot_k(int c, int slot) { return 32 * c; }
+  __host__ __device__ static constexpr int pair_slot(int P) { return 0; }
+  __host__ __device__ static constexpr int pair_load(int P) { return 0; }
+
+  __device__ __forceinline__ static uint32_t code(const uint32_t (&raw)[kWords], int i) {
+    const int bit = i * Bits, word = bit >> 5, shift = bit & 31;
+    uint32_t v = raw[word] >> shift;
+    if (shift + Bits > 32) v |= raw[word + 1] << (32 - shift);
+    return v & ((1u << Bits) - 1u);
+  }
+  __device__ __forceinline__ static uint32_t dequant(const uint32_t (&raw)[kWords], int P, const float (&s)[1],
+                                                     const float (&b)[1]) {
+    return pack_bf16x2(fmaf(s[0], code_to_float(code(raw, 2 * P)), b[0]),
+                       fmaf(s[0], code_to_float(code(raw, 2 * P + 1)), b[0]));
+  }
+};
+
+template <class F>
+__host__ __device__ constexpr int pair_k(int c, int P, int e) {
+  return F::quad_start(c, F::pair_quad(P, e)) + F::pair_pos(P, e);
+}
+
+// Words per chunk of one weight row.
+template <class F>
+constexpr int chunk_words() {
+  return 4 * F::kBits;
+}
+
+// Pair P of a row for lane c. Past the valid columns of a chunk (k_left = k - chunk * 128) both kernels
+// hold zero raw words and zero scales and biases (the loads are predicated or zero-filled by the same
+// rules), so the pair is +0 there without a mask (and x is 0 there too).
+template <class F, int N>
+__device__ __forceinline__ uint32_t weight_pair(const uint32_t (&raw)[F::kWords], int P, const float (&s)[N],
+                                                const float (&b)[N], int c, int k_left) {
+  return F::dequant(raw, P, s, b);
+}
+
+// Lane c's 16 x pairs of one x row for the chunk starting at xr (f32, in place): zero past k_left or for a
+// row past m (valid = false). vec4: 16-byte loads allowed.
+template <class F>
+__device__ __forceinline__ void load_x_pairs(const float* xr, int c, int k_left, bool valid, bool vec4,
+                                             uint32_t (&b)[16]) {
+  float f[8][4];
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const int k0 = F::quad_start(c, q);
+    if (valid && k0 < k_left) {
+      if (vec4) {
+        const float4 v = *reinterpret_cast<const float4*>(xr + k0);
+        f[q][0] = v.x, f[q][1] = v.y, f[q][2] = v.z, f[q][3] = v.w;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f[q][i] = xr[k0 + i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f[q][i] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int P = 0; P < 16; ++P)
+    b[P] = pack_bf16x2(f[F::pair_quad(P, 0)][F::pair_pos(P, 0)], f[F::pair_quad(P, 1)][F::pair_pos(P, 1)]);
+}
+
+// Scale and bias of the lane's slots for one row and chunk (zeros for a row past n).
+template <class F>
+__device__ __forceinline__ void load_slot_scales(const Problem& p, int64_t row, bool valid, int chunk, int c,
+                                                 int k_left, float (&s)[F::kScaleSlots > 0 ? F::kScaleSlots : 1],
+                                                 float (&b)[F::kScaleSlots > 0 ? F::kScaleSlots : 1]) {
+  constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
+#pragma unroll
+  for (int slot = 0; slot < kSlots; ++slot) {
+    s[slot] = 0.0f, b[slot] = 0.0f;
+    if constexpr (F::kScaleSlots > 0) {
+      const int k0 = F::slot_k(c, slot);
+      if (valid && k0 < k_left) {
+        const int64_t i = row * p.groups_per_row + ((static_cast<int64_t>(chunk) * kChunk + k0) >> p.group_shift);
+        s[slot] = load_scale_as<typename F::ScaleType>(p.scales, p.scale_dtype, i);
+        b[slot] = load_scale_as<typename F::ScaleType>(p.biases, p.scale_dtype, i);
+      }
+    }
+  }
+}
+
+// ---- Decode kernel ------------------------------------------------------------------------------------------
+//
+// Block = `segments` warps over 16 weight rows (blockIdx.x) and 8 * NT x rows (blockIdx.y); warp s sums
+// segment s of K for its 16 rows x 8 NT x rows with kUnroll chunks of weights loaded before use (Q4:
+// 4 chunks = 8 16-byte loads per lane, 4 KiB per warp, in flight). x is read as f32 (L1-resident) and
+// rounded in registers. The segments' partial sums meet in shared memory and are added in order.
+
+template <class F, int NT>
+struct DecodeConfig {
+  static constexpr int kBaseUnroll = F::kBits >= 16 ? 1 : (16 / F::kBits < 4 ? 16 / F::kBits : 4);
+  static constexpr int kUnroll = NT >= 4 ? 1 : (NT == 2 && kBaseUnroll > 2 ? 2 : kBaseUnroll);
+};
+
+template <class F>
+__device__ __forceinline__ void load_weight_raw(const uint32_t* row_chunk, int c, int k_left, bool valid,
+                                                uint32_t (&raw)[F::kWords]) {
+#pragma unroll
+  for (int l = 0; l < F::kLoads; ++l) {
+    constexpr int kPer = F::kLoadBytes / 4;
+    const bool ok = valid && F::load_k(c, l) < k_left;
+    if constexpr (F::kLoadBytes == 16) {
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (ok) v = load_stream16(row_chunk + F::load_word(c, l));
+      raw[l * kPer + 0] = v.x, raw[l * kPer + 1] = v.y, raw[l * kPer + 2] = v.z, raw[l * kPer + 3] = v.w;
+    } else {
+      raw[l] = ok ? load_stream4(row_chunk + F::load_word(c, l)) : 0u;
+    }
+  }
+}
+
+template <class F, int NT>
+__global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const Problem p) {
+  constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
+  constexpr int kUnroll = DecodeConfig<F, NT>::kUnroll;
+  extern __shared__ float partial[];  // [segments][NT * 8 x rows][16 weight rows]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int segments = blockDim.x >> 5;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * (8 * NT);
+  const int64_t r0 = row0 + g, r1 = row0 + g + 8;
+  const bool v0 = r0 < p.n, v1 = r1 < p.n;
+  const uint32_t* w0 = p.weight + (v0 ? r0 : 0) * p.row_words;
+  const uint32_t* w1 = p.weight + (v1 ? r1 : 0) * p.row_words;
+  const int chunk_begin = segment_begin(warp, segments, p.chunks);
+  const int chunk_end = segment_begin(warp + 1, segments, p.chunks);
+
+  float acc[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+
+  for (int j0 = chunk_begin; j0 < chunk_end; j0 += kUnroll) {
+    uint32_t raw[kUnroll][2][F::kWords];
+    float sc[kUnroll][2][kSlots], bi[kUnroll][2][kSlots];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = j0 + u;
+      const bool in = j < chunk_end;
+      const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
+      load_weight_raw<F>(w0 + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, in && v0, raw[u][0]);
+      load_weight_raw<F>(w1 + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, in && v1, raw[u][1]);
+      load_slot_scales<F>(p, r0, in && v0, j, c, k_left, sc[u][0], bi[u][0]);
+      load_slot_scales<F>(p, r1, in && v1, j, c, k_left, sc[u][1], bi[u][1]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = j0 + u;
+      if (j < chunk_end) {
+        const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
+        uint32_t a[8][4];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          a[t][0] = weight_pair<F>(raw[u][0], 2 * t, sc[u][0], bi[u][0], c, k_left);
+          a[t][1] = weight_pair<F>(raw[u][1], 2 * t, sc[u][1], bi[u][1], c, k_left);
+          a[t][2] = weight_pair<F>(raw[u][0], 2 * t + 1, sc[u][0], bi[u][0], c, k_left);
+          a[t][3] = weight_pair<F>(raw[u][1], 2 * t + 1, sc[u][1], bi[u][1], c, k_left);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int64_t token = m0 + nt * 8 + g;
+          const bool valid = token < p.m;
+          uint32_t b[16];
+          load_x_pairs<F>(p.x + (valid ? token : 0) * p.x_stride + static_cast<int64_t>(j) * kChunk, c, k_left,
+                          valid, p.x_vec4, b);
+#pragma unroll
+          for (int t = 0; t < 8; ++t) mma_bf16(acc[nt], a[t], b[2 * t], b[2 * t + 1]);
+        }
+      }
+    }
+  }
+
+  // Partial sums of this segment: C fragment (row g / g+8, x rows 2c, 2c+1 of each 8).
+  float* mine = partial + warp * (NT * 8 * 16);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    mine[(nt * 8 + 2 * c) * 16 + g] = acc[nt][0];
+    mine[(nt * 8 + 2 * c + 1) * 16 + g] = acc[nt][1];
+    mine[(nt * 8 + 2 * c) * 16 + g + 8] = acc[nt][2];
+    mine[(nt * 8 + 2 * c + 1) * 16 + g + 8] = acc[nt][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < NT * 8 * 16; i += blockDim.x) {
+    const int64_t token = m0 + (i >> 4), row = row0 + (i & 15);
+    if (token < p.m && row < p.n) {
+      float v = partial[i];
+      for (int s = 1; s < segments; ++s) v += partial[s * (NT * 8 * 16) + i];
+      p.out[token * p.out_stride + row] = v;
+    }
+  }
+}
+
+// ---- x preparation for the prefill kernel ----------------------------------------------------------------
+//
+// xp [m][chunks][128] bf16: chunk j of row r holds, at 16 t + 8 p + 2 c + e, bf16(x[r, 128 j + pair_k(c,
+// 2t + p, e)]) (0 past k) — each mma step's B fragment as two 16-byte rows for ldmatrix.
+
+template <class F>
+__global__ void prepare_x_kernel(const float* x, int64_t x_stride, int64_t k, int chunks, uint32_t* xp) {
+  const int64_t row = blockIdx.x;
+  const int64_t pair = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;  // over chunks * 64
+  if (pair >= static_cast<int64_t>(chunks) * 64) return;
+  const int64_t j = pair >> 6;
+  const int q = static_cast<int>(pair & 63);
+  const int t = q >> 3, half = (q >> 2) & 1, c = q & 3;
+  const int P = 2 * t + half;
+  const float* xr = x + row * x_stride + j * kChunk;
+  const int64_t k_left = k - j * kChunk;
+  const int k0 = pair_k<F>(c, P, 0), k1 = pair_k<F>(c, P, 1);
+  const float lo = k0 < k_left ? xr[k0] : 0.0f, hi = k1 < k_left ? xr[k1] : 0.0f;
+  xp[(row * chunks + j) * 64 + q] = pack_bf16x2(lo, hi);
+}
+
+// ---- Prefill kernel --------------------------------------------------------------------------------------
+//
+// Block tile 128 weight rows x 128 x rows, 8 warps as 4 (rows, 32 each) x 2 (x rows, 64 each); a warp tile
+// is 2 x 8 mma tiles. Per chunk a kStages-deep cp.async pipeline brings the block's raw weight words
+// (128 rows x 16*bits bytes) and prepared x (128 rows x 256 bytes, 16-byte units XOR-swizzled by row) to
+// shared memory; each warp dequantizes its A fragments in registers from the raw words (the same code as
+// the decode kernel) and reads B with ldmatrix. Segments are summed in `acc` and added at their ends, in
+// order, to per-thread totals in shared memory (kSplit; without it there is one segment).
+
+template <class F, bool kSplit = true>
+struct PrefillConfig {
+  static constexpr int kARowBytes = 16 * F::kBits;  // one chunk of one weight row
+  static constexpr int kABytes = kTileN * kARowBytes;
+  static constexpr int kBBytes = kTileM * 256;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // Segment totals of a split: 64 floats per thread, element i of thread t at i * 256 + t.
+  static constexpr int kTotalBytes = kSplit ? 64 * 256 * 4 : 0;
+  static constexpr int kMaxSmem = 227 * 1024;
+  static constexpr int kStages = 3 * kStageBytes + kTotalBytes <= kMaxSmem ? 3 : 2;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kTotalBytes;
+  // 16-byte unit swizzle of A rows (rows of >= 128 bytes: odd rows XOR 4, so that lanes reading rows
+  // 2i and 2i+1 hit different banks).
+  static constexpr bool kSwizzleA = F::kLoadBytes == 16 && kARowBytes >= 128;
+};
+
+template <class F>
+__device__ __forceinline__ uint32_t a_smem_offset(int row, int unit_or_word) {
+  static_assert(PrefillConfig<F, true>::kARowBytes == PrefillConfig<F, false>::kARowBytes);
+  constexpr int kRowBytes = PrefillConfig<F>::kARowBytes;
+  if constexpr (F::kLoadBytes == 16) {
+    const int unit = PrefillConfig<F>::kSwizzleA ? unit_or_word ^ ((row & 1) << 2) : unit_or_word;
+    return row * kRowBytes + unit * 16;
+  } else {
+    return row * kRowBytes + unit_or_word * 4;
+  }
+}
+
+template <class F>
+__device__ __forceinline__ void prefill_load_stage(const Problem& p, const uint32_t* xp, int64_t row_tile,
+                                                   int64_t tok_tile, int chunk, uint32_t stage) {
+  using C = PrefillConfig<F>;
+  const int tid = threadIdx.x;
+  // A: raw weight words.
+  const int64_t chunk_word = static_cast<int64_t>(chunk) * chunk_words<F>();
+  if constexpr (F::kLoadBytes == 16) {
+    constexpr int kUnits = C::kARowBytes / 16;  // per row
+    constexpr int kColsPerUnit = 128 / F::kBits;
+    static_assert(kTileN * kUnits % 256 == 0);
+#pragma unroll
+    for (int it = 0; it < kTileN * kUnits / 256; ++it) {
+      const int i = tid + it * 256;
+      const int r = i / kUnits, q = i % kUnits;
+      const int64_t row = row_tile + r;
+      const bool valid = row < p.n && static_cast<int64_t>(chunk) * kChunk + q * kColsPerUnit < p.k;
+      const uint32_t* src = p.weight + (valid ? row * p.row_words + chunk_word + 4 * q : 0);
+      cp_async<16>(stage + a_smem_offset<F>(r, q), src, valid);
+    }
+  } else {
+    constexpr int kWordsPerRow = chunk_words<F>();
+    static_assert(kTileN * kWordsPerRow % 256 == 0);
+#pragma unroll
+    for (int it = 0; it < kTileN * kWordsPerRow / 256; ++it) {
+      const int i = tid + it * 256;
+      const int r = i / kWordsPerRow, q = i % kWordsPerRow;
+      const int64_t row = row_tile + r;
+      const bool valid = row < p.n && chunk_word + q < p.row_words;
+      const uint32_t* src = p.weight + (valid ? row * p.row_words + chunk_word + q : 0);
+      cp_async<4>(stage + a_smem_offset<F>(r, q), src, valid);
+    }
+  }
+  // B: prepared x, 16 units of 16 bytes per row, unit q of row r at q ^ (r & 7).
+  const uint32_t b_stage = stage + C::kABytes;
+#pragma unroll
+  for (int it = 0; it < kTileM * 16 / 256; ++it) {
+    const int i = tid + it * 256;
+    const int r = i >> 4, q = i & 15;
+    const int64_t token = tok_tile + r;
+    const bool valid = token < p.m;
+    const uint32_t* src = xp + (valid ? (token * p.chunks + chunk) * 64 + q * 4 : 0);
+    cp_async<16>(b_stage + r * 256 + ((q ^ (r & 7)) << 4), src, valid);
+  }
+}
+
+// Raw words of load l of one weight row (local row `row`) from a stage in shared memory.
+template <class F>
+__device__ __forceinline__ void load_raw_smem(const unsigned char* stage_ptr, int row, int c, int l,
+                                              uint32_t (&raw)[F::kWords]) {
+  if constexpr (F::kLoadBytes == 16) {
+    const uint4 v =
+        *reinterpret_cast<const uint4*>(stage_ptr + a_smem_offset<F>(row, F::load_word(c, l) / 4));
+    raw[4 * l + 0] = v.x, raw[4 * l + 1] = v.y, raw[4 * l + 2] = v.z, raw[4 * l + 3] = v.w;
+  } else {
+    raw[l] = *reinterpret_cast<const uint32_t*>(stage_ptr + a_smem_offset<F>(row, F::load_word(c, l)));
+  }
+}
+
+template <class F, bool kSplit>
+__global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p, const uint32_t* xp) {
+  using C = PrefillConfig<F, kSplit>;
+  constexpr int kStages = C::kStages;
+  constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int warp_n = warp & 3, warp_m = warp >> 2;
+  const int64_t tok_tile = static_cast<int64_t>(blockIdx.x) * kTileM;
+  const int64_t row_tile = static_cast<int64_t>(blockIdx.y) * kTileN;
+  const uint32_t smem_base = smem_address(smem);
+
+  // This lane's weight rows: m-tile mt, half h → local row warp_n*32 + mt*16 + h*8 + g.
+  int64_t rows[2][2];
+  bool row_ok[2][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rows[mt][h] = row_tile + warp_n * 32 + mt * 16 + h * 8 + g;
+      row_ok[mt][h] = rows[mt][h] < p.n;
+    }
+
+  float acc[2][8][4];
+  float* total = reinterpret_cast<float*>(smem + kStages * C::kStageBytes) + tid;  // [64][256]
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+
+  const int chunks = p.chunks;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) prefill_load_stage<F>(p, xp, row_tile, tok_tile, s, smem_base + s * C::kStageBytes);
+    cp_async_commit();
+  }
+
+  float sc[2][2][kSlots], bi[2][2][kSlots];
+  {
+    const int k_left = static_cast<int>(p.k);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) load_slot_scales<F>(p, rows[mt][h], row_ok[mt][h], 0, c, k_left, sc[mt][h], bi[mt][h]);
+  }
+
+  int segment = 0;
+  int segment_end = segment_begin(1, p.segments, chunks);
+  // ldmatrix row of this lane: matrix lane/8 (x-row half (lane/16), k half (lane/8)&1), row lane%8.
+  const int ld_row = warp_m * 64 + (lane >> 4) * 8 + (lane & 7);
+  const int ld_khalf = (lane >> 3) & 1;
+
+  for (int j = 0; j < chunks; ++j) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    {
+      const int next = j + kStages - 1;
+      if (next < chunks)
+        prefill_load_stage<F>(p, xp, row_tile, tok_tile, next, smem_base + (next % kStages) * C::kStageBytes);
+      cp_async_commit();
+    }
+    // Scales of the next chunk, loaded while this one computes.
+    float sc_next[2][2][kSlots], bi_next[2][2][kSlots];
+    if (j + 1 < chunks) {
+      const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j + 1) * kChunk);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          load_slot_scales<F>(p, rows[mt][h], row_ok[mt][h], j + 1, c, k_left, sc_next[mt][h], bi_next[mt][h]);
+    }
+
+    const int stage = j % kStages;
+    const unsigned char* a_ptr = smem + stage * C::kStageBytes;
+    const uint32_t b_addr = smem_base + stage * C::kStageBytes + C::kABytes + ld_row * 256;
+    const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
+
+    uint32_t raw[2][2][F::kWords];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      // Raw words of the load that pairs 2t, 2t+1 come from (all formats: pairs of one step share a load).
+      constexpr int kStepsPerLoad = F::kLoadBytes == 16 ? 8 / F::kLoads : 8;
+      if (t % kStepsPerLoad == 0) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int local_row = warp_n * 32 + mt * 16 + h * 8 + g;
+            if constexpr (F::kLoadBytes == 16) {
+              load_raw_smem<F>(a_ptr, local_row, c, F::pair_load(2 * t), raw[mt][h]);
+            } else {
+#pragma unroll
+              for (int l = 0; l < F::kLoads; ++l) load_raw_smem<F>(a_ptr, local_row, c, l, raw[mt][h]);
+            }
+          }
+      }
+      uint32_t a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        a[mt][0] = weight_pair<F>(raw[mt][0], 2 * t, sc[mt][0], bi[mt][0], c, k_left);
+        a[mt][1] = weight_pair<F>(raw[mt][1], 2 * t, sc[mt][1], bi[mt][1], c, k_left);
+        a[mt][2] = weight_pair<F>(raw[mt][0], 2 * t + 1, sc[mt][0], bi[mt][0], c, k_left);
+        a[mt][3] = weight_pair<F>(raw[mt][1], 2 * t + 1, sc[mt][1], bi[mt][1], c, k_left);
+      }
+      const int unit = (2 * t + ld_khalf) ^ (lane & 7);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bq[4];
+        ldmatrix_x4(bq, b_addr + np * 16 * 256 + (unit << 4));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_bf16(acc[mt][2 * np], a[mt], bq[0], bq[1]);
+          mma_bf16(acc[mt][2 * np + 1], a[mt], bq[2], bq[3]);
+        }
+      }
+    }
+
+    if constexpr (kSplit) {
+      if (j + 1 == segment_end) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              float* slot = total + ((mt * 8 + nt) * 4 + i) * 256;
+              *slot = segment == 0 ? acc[mt][nt][i] : *slot + acc[mt][nt][i];
+              acc[mt][nt][i] = 0.0f;
+            }
+        ++segment;
+        segment_end = segment_begin(segment + 1, p.segments, chunks);
+      }
+    }
+    if (j + 1 < chunks) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int s = 0; s < kSlots; ++s) sc[mt][h][s] = sc_next[mt][h][s], bi[mt][h][s] = bi_next[mt][h][s];
+    }
+  }
+  cp_async_wait<0>();
+
+  // Store: C fragment rows g / g+8 (weight rows), columns 2c, 2c+1 (x rows).
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int64_t token = tok_tile + warp_m * 64 + nt * 8 + 2 * c;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float v;
+        if constexpr (kSplit)
+          v = total[((mt * 8 + nt) * 4 + i) * 256];
+        else
+          v = acc[mt][nt][i];
+        const int64_t tk = token + (i & 1);
+        const int h = i >> 1;
+        if (tk < p.m && row_ok[mt][h]) p.out[tk * p.out_stride + rows[mt][h]] = v;
+      }
+    }
+}
+
+// ---- Host entry points (quantized_gemv.cu, quantized_gemm.cu) ---------------------------------------------
+
+// Enqueues the decode kernel (m <= kDecodeMaxRows; any m works).
+void launch_decode(const Problem& p, cudaStream_t stream);
+// Bytes of scratch the prefill path needs for prepared x.
+size_t prefill_scratch_bytes(const Problem& p);
+// Enqueues x preparation into `xp` (prefill_scratch_bytes) and the prefill kernel.
+void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream);
+// Fills in the derived fields (chunks, segments, x_vec4) and runs the decode or the prefill path
+// (quantized_linear.cu). Needs p.n, p.k, p.m > 0.
+void run(Problem p, CudaContext& ctx);
+
+}  // namespace lmx::cuda::linear

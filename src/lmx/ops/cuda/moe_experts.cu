@@ -1,0 +1,345 @@
+// CUDA MoE expert dispatch (linear.h quantized_moe_experts, dense_moe_experts): device-side grouping
+// of (token, slot) pairs by expert, the gate/up and down projections (moe_experts.cuh), and the
+// weighted combine in slot order. Graph-safe: expert ids are only read on the device; launch shapes
+// depend on the token count, top_k and the weights' shapes only.
+//
+// One call = passes of at most kMaxPassPairs pairs (tokens are independent, so passes change no bits):
+//   1. (M > 1 only) group_pairs_kernel: counting sort of the pass's pairs by expert into
+//      ctx.scratch(kMoeRouting): row_of[pair], sorted_pair[row], and chunks of up to M rows of one expert.
+//   2. gate/up projection: hbuf[row, 0:I] = gate_e · x[token], hbuf[row, I:2I] = up_e · x[token].
+//   3. down projection: y[row, :] = down_e · (gelu_tanh(gate) * up), the activation made while staging.
+//   4. combine_kernel: out[t] = Σ_j weights[t, j] * y[row_of[t·k + j]], j = 0..k-1, one f32 multiply
+//      and one add per term, starting from 0 (ops::moe_experts's combine).
+// M = 1 (few tokens: decode) skips step 1: each pair is its own block row (row = pair), reading only
+// its expert's weights — a gathered GEMV. hbuf and y live in ctx.scratch(kMoeActivations).
+// Pairs whose expert id lies outside [0, E) contribute nothing (the host cannot check device ids).
+#include "lmx/core/error.h"
+#include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/linear.h"
+#include "lmx/ops/cuda/moe_experts.cuh"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace lmx::cuda {
+namespace {
+
+using moe::ProjectionParams;
+using moe::WeightStack;
+
+constexpr int64_t kMaxPassPairs = 4096;
+constexpr int kMaxExperts = 4096;  // group_pairs_kernel keeps 3 ints per expert in shared memory
+constexpr int kGroupThreads = 1024;
+
+// Counting sort of pairs by expert (one block). Row order within an expert is arbitrary (atomics):
+// no value depends on it, since a pair's outputs are the same bits in any row of any chunk.
+__global__ void __launch_bounds__(kGroupThreads)
+    group_pairs_kernel(const int32_t* __restrict__ experts, int pairs, int num_experts, int m_tile,
+                       int4* __restrict__ chunks, int* __restrict__ chunk_count,
+                       int32_t* __restrict__ sorted_pair, int32_t* __restrict__ row_of) {
+  extern __shared__ int group_smem[];
+  int* count = group_smem;
+  int* fill = group_smem + num_experts;
+  int* chunk_first = group_smem + 2 * num_experts;
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = tid; e < num_experts; e += kGroupThreads) count[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < pairs; i += kGroupThreads) {
+    const int e = experts[i];
+    if (e >= 0 && e < num_experts)
+      atomicAdd(&count[e], 1);
+    else
+      row_of[i] = -1;
+  }
+  __syncthreads();
+  if (tid < 32) {  // exclusive scans of rows and chunks per expert
+    int rows_carry = 0, chunks_carry = 0;
+    for (int base = 0; base < num_experts; base += 32) {
+      const int e = base + tid;
+      const int c = e < num_experts ? count[e] : 0;
+      const int n = (c + m_tile - 1) / m_tile;
+      int rows_incl = c, chunks_incl = n;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int r = __shfl_up_sync(0xFFFFFFFFu, rows_incl, offset);
+        const int h = __shfl_up_sync(0xFFFFFFFFu, chunks_incl, offset);
+        if (tid >= offset) {
+          rows_incl += r;
+          chunks_incl += h;
+        }
+      }
+      if (e < num_experts) {
+        fill[e] = rows_carry + rows_incl - c;
+        chunk_first[e] = chunks_carry + chunks_incl - n;
+      }
+      rows_carry += __shfl_sync(0xFFFFFFFFu, rows_incl, 31);
+      chunks_carry += __shfl_sync(0xFFFFFFFFu, chunks_incl, 31);
+    }
+    if (tid == 0) *chunk_count = chunks_carry;
+  }
+  __syncthreads();
+  for (int e = tid; e < num_experts; e += kGroupThreads) {
+    const int c = count[e], first_row = fill[e], first_chunk = chunk_first[e];
+    for (int j = 0; j * m_tile < c; ++j)
+      chunks[first_chunk + j] = make_int4(e, first_row + j * m_tile, min(m_tile, c - j * m_tile), 0);
+  }
+  __syncthreads();
+  for (int i = tid; i < pairs; i += kGroupThreads) {
+    const int e = experts[i];
+    if (e >= 0 && e < num_experts) {
+      const int row = atomicAdd(&fill[e], 1);
+      sorted_pair[row] = i;
+      row_of[i] = row;
+    }
+  }
+}
+
+// out[t, c] = Σ_j weights[t, j] * y[row(t, j), c] in slot order; row = row_of[t·k + j] (or t·k + j
+// when row_of is null: ungrouped). Pairs with an invalid expert are skipped.
+__global__ void combine_kernel(const float* __restrict__ y, int64_t hidden,
+                               const int32_t* __restrict__ row_of, const int32_t* __restrict__ experts,
+                               int num_experts, const float* __restrict__ weights, int top_k,
+                               float* __restrict__ out) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= hidden) return;
+  const int64_t t = blockIdx.y;
+  float acc = 0.0f;
+  for (int j = 0; j < top_k; ++j) {
+    const int64_t pair = t * top_k + j;
+    const int e = experts[pair];
+    if (e < 0 || e >= num_experts) continue;
+    const int64_t row = row_of != nullptr ? row_of[pair] : pair;
+    if (row < 0) continue;
+    acc = __fadd_rn(acc, __fmul_rn(weights[pair], y[row * hidden + c]));
+  }
+  out[t * hidden + c] = acc;
+}
+
+// Rows per chunk for a pass of `tokens` tokens: 1 (ungrouped) while few pairs share an expert.
+int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts) {
+  if (tokens <= 4 || 2 * pairs <= num_experts) return 1;
+  return pairs <= 4 * static_cast<int64_t>(num_experts) ? 4 : 8;
+}
+
+// Bound on the chunk count of a pass (host-known, for the grid): Σ_e ceil(c_e / M) ≤ pairs / M + #experts
+// used.
+int64_t chunk_bound(int64_t pairs, int m_tile, int num_experts) {
+  return std::min(pairs, pairs / m_tile + std::min<int64_t>(num_experts, pairs));
+}
+
+size_t align256(size_t bytes) {
+  return (bytes + 255) & ~size_t{255};
+}
+
+// Runs the passes; launch(p, down, m_tile, grid_y) enqueues one projection with the weight fields of
+// p filled in by the caller.
+template <class Launch>
+void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
+                       int top_k, int num_experts, int64_t hidden, int64_t inter, float* out,
+                       CudaContext& ctx, const Launch& launch) {
+  const int64_t pass_tokens = std::max<int64_t>(1, kMaxPassPairs / top_k);
+  const int64_t max_pairs = std::min(tokens, pass_tokens) * top_k;
+  // Scratch: hbuf [pairs, 2I] then y [pairs, H]; routing tables.
+  const size_t hbuf_bytes = align256(sizeof(float) * static_cast<size_t>(max_pairs * 2 * inter));
+  const size_t y_bytes = align256(sizeof(float) * static_cast<size_t>(max_pairs * hidden));
+  auto* activations = static_cast<char*>(ctx.scratch(Scratch::kMoeActivations, hbuf_bytes + y_bytes));
+  float* hbuf = reinterpret_cast<float*>(activations);
+  float* ybuf = reinterpret_cast<float*>(activations + hbuf_bytes);
+  const size_t chunks_bytes = align256(sizeof(int4) * static_cast<size_t>(max_pairs));
+  const size_t index_bytes = align256(sizeof(int32_t) * static_cast<size_t>(max_pairs));
+  auto* routing = static_cast<char*>(ctx.scratch(Scratch::kMoeRouting, chunks_bytes + 2 * index_bytes + 256));
+  auto* chunks = reinterpret_cast<int4*>(routing);
+  auto* sorted_pair = reinterpret_cast<int32_t*>(routing + chunks_bytes);
+  auto* row_of = reinterpret_cast<int32_t*>(routing + chunks_bytes + index_bytes);
+  auto* chunk_count = reinterpret_cast<int*>(routing + chunks_bytes + 2 * index_bytes);
+  const cudaStream_t stream = ctx.stream();
+
+  for (int64_t t0 = 0; t0 < tokens; t0 += pass_tokens) {
+    const int64_t count = std::min(pass_tokens, tokens - t0);
+    const int64_t pairs = count * top_k;
+    const int32_t* pass_experts = experts + t0 * top_k;
+    const int m_tile = choose_m_tile(count, pairs, num_experts);
+    int64_t grid_y = pairs;
+    if (m_tile > 1) {
+      grid_y = chunk_bound(pairs, m_tile, num_experts);
+      group_pairs_kernel<<<1, kGroupThreads, sizeof(int) * 3 * static_cast<size_t>(num_experts), stream>>>(
+          pass_experts, static_cast<int>(pairs), num_experts, m_tile, chunks, chunk_count, sorted_pair,
+          row_of);
+      LMX_CUDA_CHECK_LAUNCH();
+    }
+    ProjectionParams p;
+    p.top_k = top_k;
+    p.experts = pass_experts;
+    p.num_experts = num_experts;
+    p.chunks = chunks;
+    p.chunk_count = chunk_count;
+    p.sorted_pair = sorted_pair;
+
+    ProjectionParams gate_up = p;
+    gate_up.k = hidden;
+    gate_up.x = x + t0 * hidden;
+    gate_up.x_stride = hidden;
+    gate_up.out = hbuf;
+    gate_up.out_stride = 2 * inter;
+    launch(gate_up, false, m_tile, static_cast<int>(grid_y));
+
+    ProjectionParams down = p;
+    down.k = inter;
+    down.n_out = hidden;
+    down.x = hbuf;
+    down.x_stride = 2 * inter;
+    down.inter = inter;
+    down.out = ybuf;
+    down.out_stride = hidden;
+    launch(down, true, m_tile, static_cast<int>(grid_y));
+
+    constexpr int kCombineThreads = 256;
+    const dim3 grid(static_cast<unsigned>((hidden + kCombineThreads - 1) / kCombineThreads),
+                    static_cast<unsigned>(count));
+    combine_kernel<<<grid, kCombineThreads, 0, stream>>>(ybuf, hidden, m_tile > 1 ? row_of : nullptr,
+                                                         pass_experts, num_experts, weights + t0 * top_k,
+                                                         top_k, out + t0 * hidden);
+    LMX_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void check_quantized(const DeviceQuantized& w, const char* name) {
+  LMX_REQUIRE(InvalidArgument,
+              w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8,
+              "cuda::quantized_moe_experts: {} has unsupported bits {}", name, w.bits);
+  LMX_REQUIRE(InvalidArgument, w.group_size == 32 || w.group_size == 64 || w.group_size == 128,
+              "cuda::quantized_moe_experts: {} has unsupported group size {}", name, w.group_size);
+  LMX_REQUIRE(InvalidArgument,
+              w.scale_dtype == DType::kBF16 || w.scale_dtype == DType::kF16 || w.scale_dtype == DType::kF32,
+              "cuda::quantized_moe_experts: {} scales must be bf16, f16 or f32", name);
+  LMX_REQUIRE(InvalidArgument, w.rows > 0 && w.cols > 0 && w.cols % w.group_size == 0,
+              "cuda::quantized_moe_experts: {} [{}, {}, {}] has columns that are not a multiple of group {}",
+              name, w.batch, w.rows, w.cols, w.group_size);
+  LMX_REQUIRE(InvalidArgument, w.codes != nullptr && w.scales != nullptr && w.biases != nullptr,
+              "cuda::quantized_moe_experts: {} has a null pointer", name);
+}
+
+WeightStack quantized_stack(const DeviceQuantized& w) {
+  WeightStack s;
+  s.data = w.codes;
+  s.scales = w.scales;
+  s.biases = w.biases;
+  s.rows = w.rows;
+  s.row_stride = w.cols * w.bits / 32;
+  s.groups_per_row = w.cols / w.group_size;
+  return s;
+}
+
+int group_shift(int group_size) {
+  return group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
+}
+
+bool vector_aligned(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+}
+
+void check_shared_args(int64_t tokens, int top_k, int64_t num_experts, const char* op) {
+  LMX_REQUIRE(InvalidArgument, tokens >= 0, "{}: negative token count {}", op, tokens);
+  LMX_REQUIRE(InvalidArgument, top_k >= 1, "{}: top_k {} must be at least 1", op, top_k);
+  LMX_REQUIRE(InvalidArgument, num_experts >= 1 && num_experts <= kMaxExperts,
+              "{}: {} experts outside [1, {}]", op, num_experts, kMaxExperts);
+}
+
+}  // namespace
+
+void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
+                           int top_k, const DeviceQuantized& gate, const DeviceQuantized& up,
+                           const DeviceQuantized& down, float* out, CudaContext& ctx) {
+  constexpr const char* kOp = "cuda::quantized_moe_experts";
+  check_quantized(gate, "gate");
+  check_quantized(up, "up");
+  check_quantized(down, "down");
+  const int64_t num_experts = gate.batch, hidden = gate.cols, inter = gate.rows;
+  LMX_REQUIRE(
+      InvalidArgument,
+      up.batch == num_experts && up.rows == inter && up.cols == hidden && down.batch == num_experts &&
+          down.rows == hidden && down.cols == inter,
+      "{}: gate [{}, {}, {}], up [{}, {}, {}] and down [{}, {}, {}] must be [E, I, H], [E, I, H], [E, H, I]",
+      kOp, gate.batch, gate.rows, gate.cols, up.batch, up.rows, up.cols, down.batch, down.rows, down.cols);
+  check_shared_args(tokens, top_k, num_experts, kOp);
+  if (tokens == 0) return;
+
+  const WeightStack gate_s = quantized_stack(gate), up_s = quantized_stack(up),
+                    down_s = quantized_stack(down);
+  const bool gate_aligned = vector_aligned(gate.codes), up_aligned = vector_aligned(up.codes);
+  const bool fused = gate.bits == up.bits && gate.group_size == up.group_size &&
+                     gate.scale_dtype == up.scale_dtype && gate_aligned == up_aligned;
+  auto launch = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
+    auto one = [&](const DeviceQuantized& w, const WeightStack& s, int64_t n_out, int64_t col0) {
+      p.w[0] = p.w[1] = s;
+      p.split = n_out;
+      p.n_out = n_out;
+      p.out_col0 = col0;
+      p.scale_dtype = w.scale_dtype;
+      p.group_shift = group_shift(w.group_size);
+      moe::launch_quantized_projection(p, w.bits, vector_aligned(w.codes), is_down, m_tile, grid_y,
+                                       ctx.stream());
+    };
+    if (is_down) {
+      one(down, down_s, hidden, 0);
+    } else if (fused) {
+      p.w[0] = gate_s;
+      p.w[1] = up_s;
+      p.split = inter;
+      p.n_out = 2 * inter;
+      p.out_col0 = 0;
+      p.scale_dtype = gate.scale_dtype;
+      p.group_shift = group_shift(gate.group_size);
+      moe::launch_quantized_projection(p, gate.bits, gate_aligned, false, m_tile, grid_y, ctx.stream());
+    } else {
+      one(gate, gate_s, inter, 0);
+      one(up, up_s, inter, inter);
+    }
+  };
+  run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
+                    ctx, launch);
+}
+
+void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
+                       int top_k, const DeviceDense& gate_up, const DeviceDense& down, float* out,
+                       CudaContext& ctx) {
+  constexpr const char* kOp = "cuda::dense_moe_experts";
+  for (const DeviceDense* w : {&gate_up, &down}) {
+    LMX_REQUIRE(InvalidArgument, w->dtype == DType::kF32 || w->dtype == DType::kBF16,
+                "{}: expert weights must be f32 or bf16", kOp);
+    LMX_REQUIRE(InvalidArgument, w->data != nullptr && vector_aligned(w->data),
+                "{}: expert weights must be non-null and 16-byte aligned", kOp);
+    const int64_t chunk = w->dtype == DType::kF32 ? 4 : 8;
+    LMX_REQUIRE(InvalidArgument, w->rows > 0 && w->cols > 0 && w->cols % chunk == 0,
+                "{}: expert weight [{}, {}, {}] must have a positive multiple of {} columns", kOp, w->batch,
+                w->rows, w->cols, chunk);
+  }
+  const int64_t num_experts = gate_up.batch, hidden = gate_up.cols, inter = gate_up.rows / 2;
+  LMX_REQUIRE(InvalidArgument,
+              gate_up.rows % 2 == 0 && down.batch == num_experts && down.rows == hidden && down.cols == inter,
+              "{}: gate_up [{}, {}, {}] and down [{}, {}, {}] must be [E, 2I, H] and [E, H, I]", kOp,
+              gate_up.batch, gate_up.rows, gate_up.cols, down.batch, down.rows, down.cols);
+  check_shared_args(tokens, top_k, num_experts, kOp);
+  if (tokens == 0) return;
+
+  auto stack = [](const DeviceDense& w) {
+    WeightStack s;
+    s.data = w.data;
+    s.rows = w.rows;
+    s.row_stride = w.cols;
+    return s;
+  };
+  const WeightStack gate_up_s = stack(gate_up), down_s = stack(down);
+  auto launch = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
+    const DeviceDense& w = is_down ? down : gate_up;
+    p.w[0] = p.w[1] = is_down ? down_s : gate_up_s;
+    p.n_out = w.rows;
+    p.split = w.rows;
+    p.out_col0 = 0;
+    moe::launch_dense_projection(p, w.dtype, is_down, m_tile, grid_y, ctx.stream());
+  };
+  run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
+                    ctx, launch);
+}
+
+}  // namespace lmx::cuda

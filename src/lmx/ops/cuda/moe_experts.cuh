@@ -1,0 +1,454 @@
+// Internal to the CUDA MoE dispatch (moe_experts.cu, moe_quantized.cu, moe_dense.cu): the expert
+// projection kernel shared by the quantized and dense paths, and the launch entry points.
+//
+// Kernel design ("gathered GEMM on CUDA cores"): a block computes kRowsPerBlock output rows of one
+// expert's projection for up to M (token, expert) pairs of that expert (a "chunk"). The block stages
+// the pairs' inputs (x rows, or gelu_tanh(gate) * up for the down projection) in shared memory, slab
+// by slab along K, and each output row is reduced by a group of LANES lanes of one warp.
+//
+// Reduction order (the batch-invariance contract): K is cut into chunks of kChunk consecutive
+// elements (a format property: 32 for 2/3/4/5/6-bit codes, 16 for 8-bit, 8 for bf16, 4 for f32).
+// Lane l of a group accumulates chunks l, l + LANES, l + 2·LANES, ... in increasing order, each
+// chunk's elements in increasing order, into one f32 accumulator per output (acc = fma(x, w, acc),
+// w = fma(scale, code, bias) for quantized weights); the LANES partial sums are then combined by a
+// fixed xor-butterfly (offsets LANES/2, ..., 1). LANES depends only on K / kChunk (lanes_for), never
+// on the number of tokens, M, R, the slab size or the chunk a pair lands in, so the value of every
+// (pair, output) is the same bits whatever else is in the call: the decode (M = 1, ungrouped) and
+// prefill (M = 4/8, grouped) variants are instantiations of this one kernel. Every float operation on
+// the numeric path is an explicit _rn intrinsic so no instantiation can contract differently.
+#pragma once
+
+#include "lmx/core/dtype.h"
+#include "lmx/ops/cuda/quant_codes.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lmx::cuda::moe {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+// Elements staged per block and slab, over all M tokens (M · slab length); 36 KiB with padding.
+constexpr int kSlabElements = 8192;
+
+// Lanes reducing one output row: a function of the chunk count only (see the order contract).
+inline int lanes_for(int64_t k, int chunk) {
+  return k / chunk >= 64 ? 32 : 8;
+}
+
+// One weight stack as the kernel reads it: [experts, rows, row_stride] elements of the stored type
+// (uint32 code words for quantized weights), plus per-group scales and biases when quantized.
+struct WeightStack {
+  const void* data = nullptr;
+  const void* scales = nullptr;  // quantized only: [experts, rows, groups_per_row]
+  const void* biases = nullptr;
+  int64_t rows = 0;        // output rows per expert
+  int64_t row_stride = 0;  // stored elements (or words) per row
+  int64_t groups_per_row = 0;
+};
+
+// Arguments of one projection launch (gate/up, or down).
+struct ProjectionParams {
+  // Output rows [0, split) come from w[0] (row n), [split, n_out) from w[1] (row n - split).
+  WeightStack w[2];
+  int64_t split = 0;
+  int64_t n_out = 0;  // output rows
+  int64_t k = 0;      // reduction length
+  DType scale_dtype = DType::kBF16;
+  int group_shift = 6;  // log2(group_size)
+  // Input. Gate/up: x rows by token (pair / top_k), stride x_stride. Down: rows of hbuf ([rows, 2·inter]:
+  // gate then up) by pair row; the staged input is gelu_tanh(gate) * up.
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  int64_t inter = 0;
+  int top_k = 1;
+  // Output: out[row, out_col0 + n] with row the pair's row (its pair index when ungrouped).
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  int64_t out_col0 = 0;
+  // Dispatch. Ungrouped (M = 1): blockIdx.y is the pair, its expert experts[pair]. Grouped: blockIdx.y
+  // indexes chunks[] ({expert, first row, rows}); rows past *chunk_count exit; sorted_pair[row] = pair.
+  const int32_t* experts = nullptr;
+  int num_experts = 0;
+  const int4* chunks = nullptr;
+  const int* chunk_count = nullptr;
+  const int32_t* sorted_pair = nullptr;
+};
+
+// ---- Weight formats ---------------------------------------------------------------------------------
+
+// MLX affine codes of BITS bits. kVector: 16-byte aligned code rows (4- and 8-bit fast paths load
+// a chunk as one uint4); otherwise word by word. Both give the same values in the same order.
+template <int BITS, bool kVector>
+struct QuantizedFormat {
+  static constexpr int kChunk = BITS == 8 ? 16 : 32;
+  static constexpr int kWords = kChunk * BITS / 32;
+  static_assert(!kVector || kWords == 4);
+  // A chunk is consumed in kSteps steps of kStep elements: one code word at a time when codes do not
+  // straddle words (2, 4, 8 bits), else 4 codes at a time (3, 5, 6 bits: ≤ 24 bits, all in words[0]).
+  // element(ch, i) reads step-relative element i; advance() drops the consumed bits.
+  static constexpr bool kStraddles = 32 % BITS != 0;
+  static constexpr int kStep = kStraddles || 32 / BITS < 4 ? 4 : 32 / BITS;
+  static constexpr int kSteps = kChunk / kStep;
+  static constexpr int kStepWords = kStraddles ? 0 : kStep * BITS / 32;
+
+  struct Chunk {
+    uint32_t words[kWords];
+    float scale, bias;
+  };
+
+  // Chunk c of row r (expert · rows + n) of stack w.
+  __device__ __forceinline__ static Chunk load(const WeightStack& w, int64_t r, int64_t c,
+                                               const ProjectionParams& p) {
+    Chunk ch;
+    const uint32_t* src = static_cast<const uint32_t*>(w.data) + r * w.row_stride + c * kWords;
+    if constexpr (kVector) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+      ch.words[0] = v.x;
+      ch.words[1] = v.y;
+      ch.words[2] = v.z;
+      ch.words[3] = v.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) ch.words[i] = __ldg(src + i);
+    }
+    const int64_t g = r * w.groups_per_row + ((c * kChunk) >> p.group_shift);
+    ch.scale = load_scale(w.scales, p.scale_dtype, g);
+    ch.bias = load_scale(w.biases, p.scale_dtype, g);
+    return ch;
+  }
+
+  __device__ __forceinline__ static void advance(Chunk& ch) {
+    if constexpr (kStraddles) {
+#pragma unroll
+      for (int i = 0; i + 1 < kWords; ++i)
+        ch.words[i] = __funnelshift_r(ch.words[i], ch.words[i + 1], kStep * BITS);
+      ch.words[kWords - 1] >>= kStep * BITS;
+    } else {
+#pragma unroll
+      for (int i = 0; i + kStepWords < kWords; ++i) ch.words[i] = ch.words[i + kStepWords];
+    }
+  }
+
+  // Element i (compile-time after unrolling) of the current step: fma(scale, code, bias), the code
+  // made exact in f32 as (2^23 + code as float bits) - 2^23.
+  // 4- and 8-bit codes go through a byte permute that builds 2^23 + code directly (one instruction per
+  // code; the 4-bit nibble masks are shared by the step's 8 codes).
+  __device__ __forceinline__ static float element(const Chunk& ch, int i) {
+    uint32_t magic_code;
+    if constexpr (BITS == 4) {
+      const uint32_t nibbles = (i & 1) ? (ch.words[0] >> 4) & 0x0F0F0F0Fu : ch.words[0] & 0x0F0F0F0Fu;
+      magic_code = __byte_perm(nibbles, 0x4B000000u, 0x7540u | static_cast<unsigned>(i >> 1));
+    } else if constexpr (BITS == 8) {
+      magic_code = __byte_perm(ch.words[0], 0x4B000000u, 0x7540u | static_cast<unsigned>(i));
+    } else {
+      const int bit = i * BITS;
+      const int word = bit >> 5, shift = bit & 31;
+      uint32_t code = ch.words[word] >> shift;
+      if (shift + BITS > 32) code |= ch.words[word + 1] << (32 - shift);
+      magic_code = (code & ((1u << BITS) - 1u)) | 0x4B000000u;
+    }
+    return __fmaf_rn(ch.scale, __fsub_rn(__uint_as_float(magic_code), 8388608.0f), ch.bias);
+  }
+};
+
+// Dense f32 or bf16 rows (16-byte aligned): a chunk is one uint4 (4 f32 or 8 bf16 elements).
+template <typename T>
+struct DenseFormat {
+  static constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
+  static constexpr int kStep = 4;
+  static constexpr int kSteps = kChunk / kStep;
+  static constexpr int kStepWords = kStep * static_cast<int>(sizeof(T)) / 4;
+
+  struct Chunk {
+    uint32_t words[4];
+  };
+
+  __device__ __forceinline__ static Chunk load(const WeightStack& w, int64_t r, int64_t c,
+                                               const ProjectionParams&) {
+    const uint4 v =
+        __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(w.data) + r * w.row_stride + c * kChunk));
+    return {{v.x, v.y, v.z, v.w}};
+  }
+
+  __device__ __forceinline__ static void advance(Chunk& ch) {
+#pragma unroll
+    for (int i = 0; i + kStepWords < 4; ++i) ch.words[i] = ch.words[i + kStepWords];
+  }
+
+  __device__ __forceinline__ static float element(const Chunk& ch, int i) {
+    if constexpr (sizeof(T) == 4) {
+      return __uint_as_float(ch.words[i]);
+    } else {
+      const uint32_t word = ch.words[i >> 1];
+      return __uint_as_float((i & 1) ? (word & 0xFFFF0000u) : (word << 16));
+    }
+  }
+};
+
+// ---- The projection kernel --------------------------------------------------------------------------
+
+// 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))) in the CPU's operation order (cpu::gelu_tanh_scalar).
+__device__ __forceinline__ float gelu_tanh_exact(float x) {
+  constexpr float kGeluBeta = 0.7978845608028654f;
+  constexpr float kGeluKappa = 0.044715f;
+  const float cube = __fmul_rn(__fmul_rn(x, x), x);
+  const float inner = __fmul_rn(kGeluBeta, __fadd_rn(x, __fmul_rn(kGeluKappa, cube)));
+  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
+}
+
+// Shared-memory index of slab element e: 4 floats of padding after every 32, so the lanes of a group
+// (each reading 16 bytes of its own chunk) hit distinct banks.
+__device__ __forceinline__ int padded(int e) {
+  return e + ((e >> 5) << 2);
+}
+
+// Slab length (elements per token) for M tokens: a multiple of 32 chunks of every format.
+template <int M>
+constexpr int slab_length() {
+  return kSlabElements / M;
+}
+inline int padded_host(int e) {
+  return e + ((e >> 5) << 2);
+}
+
+// Blocks per SM the register budget is sized for: the multi-token variants are capped at 128 registers.
+template <int M>
+constexpr int min_blocks() {
+  return M == 1 ? 1 : 2;
+}
+
+template <class W, int M, int R, int LANES, bool kDown, bool kPrefetch>
+__global__ void __launch_bounds__(kThreads, min_blocks<M>())
+    expert_projection_kernel(const ProjectionParams p) {
+  constexpr int kGroups = 32 / LANES;
+  constexpr int kRowsPerBlock = kWarps * kGroups * R;
+  constexpr int kChunk = W::kChunk;
+  constexpr int kSlab = slab_length<M>();
+  static_assert(kSlab % (32 * kChunk) == 0);
+  // Dynamic shared memory: the M staged rows' source offsets, then the staged slab (see smem_bytes).
+  extern __shared__ float4 smem_raw[];
+  int64_t* src_offset = reinterpret_cast<int64_t*>(smem_raw);
+  float* xs = reinterpret_cast<float*>(smem_raw + (M + 1) / 2);
+
+  // The block's pairs: rows [row0, row0 + count) of the pair-row space, all of expert `expert`.
+  int expert, row0, count;
+  if constexpr (M == 1) {
+    row0 = static_cast<int>(blockIdx.y);
+    expert = p.experts[row0];
+    count = 1;
+  } else {
+    if (static_cast<int>(blockIdx.y) >= *p.chunk_count) return;
+    const int4 chunk = p.chunks[blockIdx.y];
+    expert = chunk.x;
+    row0 = chunk.y;
+    count = chunk.z;
+  }
+  if (expert < 0 || expert >= p.num_experts) return;  // block-uniform; the combine skips such pairs
+
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int sub = lane % LANES;
+  const int64_t n_first =
+      static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (warp * kGroups + lane / LANES) * R;
+  // Chunk c of the thread's row r (rows past n_out are clamped to the last one and never stored).
+  auto load_chunk = [&](int r, int64_t c) {
+    int64_t n = n_first + r < p.n_out ? n_first + r : p.n_out - 1;
+    const bool second = n >= p.split;
+    if (second) n -= p.split;
+    const WeightStack& w = second ? p.w[1] : p.w[0];
+    return W::load(w, static_cast<int64_t>(expert) * w.rows + n, c, p);
+  };
+
+  // The staged rows' sources (row offsets into p.x; -1 = a padding row of zeros).
+  if (threadIdx.x < M) {
+    const int m = static_cast<int>(threadIdx.x);
+    int64_t offset = -1;
+    if (m < count) {
+      const int row = row0 + m;
+      if constexpr (kDown) {
+        offset = static_cast<int64_t>(row) * p.x_stride;
+      } else {
+        const int pair = M == 1 ? row : p.sorted_pair[row];
+        offset = static_cast<int64_t>(pair / p.top_k) * p.x_stride;
+      }
+    }
+    src_offset[m] = offset;
+  }
+  __syncthreads();
+
+  float acc[R][M];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
+
+  const int64_t slab_len = p.k < kSlab ? p.k : kSlab;
+  const int token_stride = padded(static_cast<int>(slab_len));
+  for (int64_t s0 = 0; s0 < p.k; s0 += kSlab) {
+    const int len = static_cast<int>(p.k - s0 < kSlab ? p.k - s0 : kSlab);
+    const int64_t c_begin = s0 / kChunk, c_end = (s0 + len) / kChunk;
+    int64_t c = c_begin + sub;
+    // The prefetching variants issue their first weight loads before staging, to overlap the two.
+    typename W::Chunk cur[R];
+    if constexpr (kPrefetch) {
+      if (c < c_end) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) cur[r] = load_chunk(r, c);
+      }
+    }
+    if (s0 > 0) __syncthreads();  // the previous slab has been consumed
+    for (int m = 0; m < M; ++m) {
+      float* dst = xs + m * token_stride;
+      const int64_t offset = src_offset[m];
+      for (int e = static_cast<int>(threadIdx.x); e < len; e += kThreads) {
+        float v = 0.0f;
+        if (offset >= 0) {
+          const float* g = p.x + offset + s0 + e;
+          if constexpr (kDown)
+            v = __fmul_rn(gelu_tanh_exact(g[0]), g[p.inter]);
+          else
+            v = g[0];
+        }
+        dst[padded(e)] = v;
+      }
+    }
+    __syncthreads();
+
+    // Accumulates chunk c (its R rows' data in ch, consumed) into acc, elements in increasing order.
+    // Steps are not unrolled so that the dequantisation of one step is not hoisted above the FMAs of
+    // the previous one (register pressure).
+    auto compute = [&](typename W::Chunk(&ch)[R], int64_t chunk) {
+      const int base = static_cast<int>((chunk - c_begin) * kChunk);
+#pragma unroll 1
+      for (int step = 0; step < W::kSteps; ++step) {
+#pragma unroll
+        for (int q = 0; q < W::kStep / 4; ++q) {
+          float w[R][4];
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) w[r][i] = W::element(ch[r], 4 * q + i);
+          const int e = padded(base + step * W::kStep + 4 * q);
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            const float4 xv = *reinterpret_cast<const float4*>(xs + m * token_stride + e);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              acc[r][m] = __fmaf_rn(xv.x, w[r][0], acc[r][m]);
+              acc[r][m] = __fmaf_rn(xv.y, w[r][1], acc[r][m]);
+              acc[r][m] = __fmaf_rn(xv.z, w[r][2], acc[r][m]);
+              acc[r][m] = __fmaf_rn(xv.w, w[r][3], acc[r][m]);
+            }
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) W::advance(ch[r]);
+      }
+    };
+
+    if constexpr (kPrefetch) {
+#pragma unroll 1
+      while (c < c_end) {
+        const int64_t next = c + LANES;
+        typename W::Chunk nxt[R];
+        if (next < c_end) {
+#pragma unroll
+          for (int r = 0; r < R; ++r) nxt[r] = load_chunk(r, next);
+        }
+        compute(cur, c);
+#pragma unroll
+        for (int r = 0; r < R; ++r) cur[r] = nxt[r];
+        c = next;
+      }
+    } else {
+#pragma unroll 1
+      for (; c < c_end; c += LANES) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) cur[r] = load_chunk(r, c);
+        compute(cur, c);
+      }
+    }
+  }
+
+  // Fixed butterfly over the group's lanes; every lane ends with the same sum.
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int offset = LANES / 2; offset > 0; offset >>= 1)
+        v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+      const int64_t n = n_first + r;
+      if (sub == (r * M + m) % LANES && m < count && n < p.n_out)
+        p.out[static_cast<int64_t>(row0 + m) * p.out_stride + p.out_col0 + n] = v;
+    }
+  }
+}
+
+// Rows one block covers for a given (M, LANES): kWarps · (32 / LANES) · R(M).
+template <int M>
+constexpr int rows_per_thread() {
+  return M == 1 ? 2 : 4;
+}
+
+template <class W, int M, int LANES, bool kDown>
+void launch_projection_kernel(const ProjectionParams& p, int grid_y, cudaStream_t stream) {
+  constexpr int R = rows_per_thread<M>();
+  constexpr int kRowsPerBlock = kWarps * (32 / LANES) * R;
+  const int64_t slab_len = p.k < slab_length<M>() ? p.k : slab_length<M>();
+  const size_t smem = sizeof(float4) * static_cast<size_t>((M + 1) / 2) +
+                      sizeof(float) * static_cast<size_t>(M) * static_cast<size_t>(padded_host(static_cast<int>(slab_len)));
+  const dim3 grid(static_cast<unsigned>((p.n_out + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>(grid_y));
+  expert_projection_kernel<W, M, R, LANES, kDown, (M <= 4)><<<grid, kThreads, smem, stream>>>(p);
+}
+
+template <class W, int M, bool kDown>
+void launch_for_lanes(const ProjectionParams& p, int grid_y, cudaStream_t stream) {
+  if (lanes_for(p.k, W::kChunk) == 32)
+    launch_projection_kernel<W, M, 32, kDown>(p, grid_y, stream);
+  else
+    launch_projection_kernel<W, M, 8, kDown>(p, grid_y, stream);
+}
+
+// Dispatches on M (1, 4 or 8; without kHasM4, 4 runs as 8 — M never changes a value) and LANES.
+template <class W, bool kDown, bool kHasM4>
+void launch_for_format(const ProjectionParams& p, int m_tile, int grid_y, cudaStream_t stream) {
+  if (m_tile == 1) {
+    launch_for_lanes<W, 1, kDown>(p, grid_y, stream);
+  } else if constexpr (kHasM4) {
+    if (m_tile == 4)
+      launch_for_lanes<W, 4, kDown>(p, grid_y, stream);
+    else
+      launch_for_lanes<W, 8, kDown>(p, grid_y, stream);
+  } else {
+    launch_for_lanes<W, 8, kDown>(p, grid_y, stream);
+  }
+}
+
+// launch_for_format with kDown chosen at run time.
+template <class W, bool kHasM4>
+void launch_format(const ProjectionParams& p, bool down, int m_tile, int grid_y, cudaStream_t stream) {
+  if (down)
+    launch_for_format<W, true, kHasM4>(p, m_tile, grid_y, stream);
+  else
+    launch_for_format<W, false, kHasM4>(p, m_tile, grid_y, stream);
+}
+
+// ---- Entry points (defined in moe_quantized.cu and moe_dense.cu) ------------------------------------
+
+// Enqueues one projection (gate/up when !down, else down) with chunks of up to m_tile pairs (1, 4 or 8;
+// 1 = ungrouped, grid_y pairs; otherwise grid_y is the bound on the chunk count). `bits` and the
+// alignment select the quantized format; the caller fills the rest of p.
+void launch_quantized_projection(const ProjectionParams& p, int bits, bool aligned, bool down, int m_tile,
+                                 int grid_y, cudaStream_t stream);
+// The word-by-word path (every bits value; 4- and 8-bit codes that are not 16-byte aligned).
+void launch_quantized_generic_projection(const ProjectionParams& p, int bits, bool down, int m_tile,
+                                         int grid_y, cudaStream_t stream);
+void launch_dense_projection(const ProjectionParams& p, DType dtype, bool down, int m_tile, int grid_y,
+                             cudaStream_t stream);
+
+}  // namespace lmx::cuda::moe

@@ -1,0 +1,147 @@
+// CUDA rms_norm and rotate-half RoPE (elementwise.h), rounding like the CPU ops in cpu/norm.cpp and
+// cpu/rope.cpp (explicit _rn intrinsics: no FMA contraction; IEEE sqrt and division).
+#include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/elementwise.h"
+#include "lmx/ops/cuda/elementwise_util.cuh"
+
+namespace lmx::cuda {
+namespace {
+
+using detail::aligned16;
+using detail::grid_blocks;
+using detail::kThreads;
+
+// Rows at most this wide are normalised by one warp each; wider rows by one block each.
+constexpr int kWarpRowMaxDim = 1024;
+constexpr int64_t kMaxRowBlocks = 65535;
+
+__device__ __forceinline__ float sum_sq(float v, float acc) { return fmaf(v, v, acc); }
+__device__ __forceinline__ float sum_sq(float4 v, float acc) {
+  return fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, acc))));
+}
+
+// x * inv (then * w when a weight is given), each product rounded like the CPU's.
+template <bool kWeight>
+__device__ __forceinline__ float normed(float x, float inv, float w) {
+  const float y = __fmul_rn(x, inv);
+  return kWeight ? __fmul_rn(y, w) : y;
+}
+template <bool kWeight>
+__device__ __forceinline__ float4 normed(float4 x, float inv, float4 w) {
+  return make_float4(normed<kWeight>(x.x, inv, w.x), normed<kWeight>(x.y, inv, w.y), normed<kWeight>(x.z, inv, w.z),
+                     normed<kWeight>(x.w, inv, w.w));
+}
+
+// 1 / sqrt(Σx² / dim + eps) with the CPU's f32 roundings (the sum itself is f32 here, double there).
+__device__ __forceinline__ float inv_rms(float ss, float dim, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, dim), eps)));
+}
+
+// One warp per row. V = float or float4 (n, strides in units of V). out may alias x: every element is
+// read and written by the same lane, and all reads of a row end (warp reduction) before its writes.
+template <typename V, bool kWeight>
+__global__ void rms_norm_warp_kernel(const V* x, int64_t x_stride, V* out, int64_t out_stride, int64_t rows, int n,
+                                     const V* weight, float dim, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = blockDim.x >> 5;
+  for (int64_t r = blockIdx.x * warps + (threadIdx.x >> 5); r < rows; r += gridDim.x * warps) {
+    const V* xr = x + r * x_stride;
+    V* orow = out + r * out_stride;
+    float ss = 0.0f;
+    for (int c = lane; c < n; c += 32) ss = sum_sq(xr[c], ss);
+    const float inv = inv_rms(detail::warp_sum(ss), dim, eps);
+    for (int c = lane; c < n; c += 32) orow[c] = normed<kWeight>(xr[c], inv, kWeight ? weight[c] : V{});
+  }
+}
+
+// One block per row (same aliasing argument as the warp kernel, with a block reduction).
+template <typename V, bool kWeight>
+__global__ void rms_norm_block_kernel(const V* x, int64_t x_stride, V* out, int64_t out_stride, int64_t rows, int n,
+                                      const V* weight, float dim, float eps) {
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const V* xr = x + r * x_stride;
+    V* orow = out + r * out_stride;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) ss = sum_sq(xr[c], ss);
+    const float inv = inv_rms(detail::block_sum(ss, shared), dim, eps);
+    for (int c = threadIdx.x; c < n; c += blockDim.x)
+      orow[c] = normed<kWeight>(xr[c], inv, kWeight ? weight[c] : V{});
+  }
+}
+
+template <typename V, bool kWeight>
+void launch_rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_stride, int64_t rows, int dim,
+                     const float* weight, float eps, cudaStream_t stream) {
+  constexpr int kLanes = sizeof(V) / sizeof(float);
+  const V* xv = reinterpret_cast<const V*>(x);
+  V* ov = reinterpret_cast<V*>(out);
+  const V* wv = reinterpret_cast<const V*>(weight);
+  const int n = dim / kLanes;
+  if (dim <= kWarpRowMaxDim) {
+    constexpr int kRowsPerBlock = kThreads / 32;
+    rms_norm_warp_kernel<V, kWeight><<<grid_blocks(rows, kRowsPerBlock, kMaxRowBlocks), kThreads, 0, stream>>>(
+        xv, x_stride / kLanes, ov, out_stride / kLanes, rows, n, wv, static_cast<float>(dim), eps);
+  } else {
+    const int threads = n >= 4096 ? 1024 : n >= 1024 ? 512 : 256;
+    rms_norm_block_kernel<V, kWeight><<<grid_blocks(rows, 1, kMaxRowBlocks), threads, 0, stream>>>(
+        xv, x_stride / kLanes, ov, out_stride / kLanes, rows, n, wv, static_cast<float>(dim), eps);
+  }
+  LMX_CUDA_CHECK_LAUNCH();
+}
+
+// Rotates pairs (i, i + half) of every head of token t. blockDim.x threads along pairs (each computes
+// its angle's sin/cos once), blockDim.y along heads; grid.x over tokens, grid.y over pair chunks.
+__global__ void rope_kernel(float* x, int64_t token_stride, int64_t tokens, int heads, int head_dim, int half,
+                            const int32_t* positions, const float* inv_freq) {
+  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+    const float pos = static_cast<float>(positions[t]);
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < half; i += gridDim.y * blockDim.x) {
+      const float freq = inv_freq[i];
+      if (freq == 0.0f) continue;  // unrotated pair: left bit-unchanged
+      float s, c;
+      sincosf(__fmul_rn(pos, freq), &s, &c);
+      float* pair = x + t * token_stride + i;
+      for (int h = threadIdx.y; h < heads; h += blockDim.y) {
+        float* p = pair + static_cast<int64_t>(h) * head_dim;
+        const float a = p[0], b = p[half];
+        p[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        p[half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_stride, int64_t rows, int dim,
+              const float* weight, float eps, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;
+  const bool vec4 = dim % 4 == 0 && x_stride % 4 == 0 && out_stride % 4 == 0 && aligned16(x) && aligned16(out) &&
+                    (weight == nullptr || aligned16(weight));
+  if (vec4) {
+    if (weight)
+      launch_rms_norm<float4, true>(x, x_stride, out, out_stride, rows, dim, weight, eps, stream);
+    else
+      launch_rms_norm<float4, false>(x, x_stride, out, out_stride, rows, dim, weight, eps, stream);
+  } else {
+    if (weight)
+      launch_rms_norm<float, true>(x, x_stride, out, out_stride, rows, dim, weight, eps, stream);
+    else
+      launch_rms_norm<float, false>(x, x_stride, out, out_stride, rows, dim, weight, eps, stream);
+  }
+}
+
+void rope(float* x, int64_t token_stride, int64_t tokens, int heads, int head_dim, const int32_t* positions,
+          const float* inv_freq, cudaStream_t stream) {
+  const int half = head_dim / 2;
+  if (tokens <= 0 || heads <= 0 || half <= 0) return;
+  const int bx = half >= kThreads ? kThreads : (half + 31) / 32 * 32;
+  const int by = std::max(1, std::min(kThreads / bx, heads));
+  const dim3 grid(grid_blocks(tokens, 1, int64_t{1} << 20), grid_blocks(half, bx, 65535));
+  rope_kernel<<<grid, dim3(bx, by), 0, stream>>>(x, token_stride, tokens, heads, head_dim, half, positions,
+                                                 inv_freq);
+  LMX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lmx::cuda

@@ -1,0 +1,68 @@
+// quantized_linear (linear.h): argument checks and the choice of weight format; the kernels are the
+// tensor-core projections of linear_tiles.cuh (decode: quantized_gemv.cu, prefill: quantized_gemm.cu).
+#include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/linear.h"
+#include "lmx/ops/cuda/linear_tiles.cuh"
+
+#include <fmt/format.h>
+
+namespace lmx::cuda {
+
+namespace linear {
+
+void run(Problem p, CudaContext& ctx) {
+  p.chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
+  p.segments = linear_segments(p.n, p.k);
+  p.x_vec4 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.x_stride % 4 == 0 || p.m == 1);
+  if (p.m <= kDecodeMaxRows) {
+    launch_decode(p, ctx.stream());
+  } else {
+    auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, prefill_scratch_bytes(p)));
+    launch_prefill(p, xp, ctx.stream());
+  }
+}
+
+}  // namespace linear
+
+void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
+                      int64_t out_stride, CudaContext& ctx) {
+  const bool bits_ok = w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8;
+  const bool group_ok = w.group_size == 32 || w.group_size == 64 || w.group_size == 128;
+  LMX_REQUIRE(InvalidArgument, bits_ok && group_ok, "quantized_linear: unsupported bits {} / group size {}",
+              w.bits, w.group_size);
+  LMX_REQUIRE(InvalidArgument, w.batch == 1, "quantized_linear: weight batch must be 1, got {}", w.batch);
+  LMX_REQUIRE(InvalidArgument, w.rows >= 0 && w.cols > 0 && w.cols % w.group_size == 0,
+              "quantized_linear: weight [{}, {}] columns must be a positive multiple of the group size {}",
+              w.rows, w.cols, w.group_size);
+  LMX_REQUIRE(InvalidArgument,
+              w.scale_dtype == DType::kBF16 || w.scale_dtype == DType::kF16 || w.scale_dtype == DType::kF32,
+              "quantized_linear: scale dtype must be bf16, f16 or f32");
+  LMX_REQUIRE(InvalidArgument, m >= 0 && x_stride >= w.cols && out_stride >= w.rows,
+              "quantized_linear: M {} with x stride {} (K {}) and out stride {} (N {})", m, x_stride, w.cols,
+              out_stride, w.rows);
+  if (m == 0 || w.rows == 0) return;
+
+  linear::Problem p;
+  const bool aligned16 = reinterpret_cast<uintptr_t>(w.codes) % 16 == 0;
+  p.format = aligned16 && w.bits == 4   ? linear::WeightFormat::kQ4
+             : aligned16 && w.bits == 8 ? linear::WeightFormat::kQ8
+                                        : linear::WeightFormat::kPacked;
+  p.bits = w.bits;
+  p.group_shift = w.group_size == 32 ? 5 : w.group_size == 64 ? 6 : 7;
+  p.scale_dtype = w.scale_dtype;
+  p.weight = w.codes;
+  p.scales = w.scales;
+  p.biases = w.biases;
+  p.n = w.rows;
+  p.k = w.cols;
+  p.row_words = w.cols * w.bits / 32;
+  p.groups_per_row = w.cols / w.group_size;
+  p.x = x;
+  p.x_stride = x_stride;
+  p.m = m;
+  p.out = out;
+  p.out_stride = out_stride;
+  linear::run(p, ctx);
+}
+
+}  // namespace lmx::cuda

@@ -1,0 +1,191 @@
+// The CUDA Gemma 4 model: against the transformers goldens (bf16 tolerance, identical greedy
+// tokens), against the CPU model, batch invariance and incremental decode on the GPU, and CUDA-graph
+// replays giving the logits of direct launches. Skips without a GPU.
+#include "lmx/engine/greedy.h"
+#include "lmx/model/cuda/gemma4_cuda_model.h"
+#include "lmx/model/gemma4_model.h"
+#include "lmx/ops/cuda/device_memory.h"
+#include "support/goldens.h"
+#include "support/test_support.h"
+#include "support/tiny_models.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace lmx {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+// The GPU path keeps K/V in bf16 and rounds matmul inputs to bf16 on tensor cores: logits may move
+// by a few bf16 ulps of their magnitude (2^-8 relative per rounding, a few roundings deep).
+float bf16_tolerance(const Tensor& reference) {
+  float peak = 0;
+  for (float v : reference.contiguous().span<float>()) peak = std::max(peak, std::fabs(v));
+  return 0.03f * std::max(peak, 1.0f);
+}
+
+Tensor run_prompt(LanguageModel& model, std::span<const int32_t> prompt) {
+  auto seq = model.new_sequence();
+  StepRow row{seq.get(), prompt};
+  return model.forward({&row, 1}, /*all_positions=*/true);
+}
+
+class CudaParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaParity, LogitsAndGreedyMatchTransformers) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::reference_model_dir(GetParam());
+  auto model = Gemma4CudaModel::load(dir);
+  const auto goldens = test::load_goldens(dir);
+  ASSERT_GE(goldens.size(), 3u);
+  float worst = 0, worst_relative = 0;
+  for (const auto& g : goldens) {
+    Tensor logits = run_prompt(*model, g.prompt);
+    ASSERT_EQ(logits.shape(), g.logits.shape());
+    const float diff = test::max_abs_diff(logits, g.logits), tolerance = bf16_tolerance(g.logits);
+    EXPECT_LE(diff, tolerance) << "prompt of " << g.prompt.size() << " tokens";
+    worst = std::max(worst, diff);
+    worst_relative = std::max(worst_relative, diff / tolerance * 0.03f);
+    GreedyOptions options;
+    options.max_new_tokens = static_cast<int>(g.greedy.size());
+    GreedyResult r = generate_greedy(*model, g.prompt, options);
+    EXPECT_EQ(r.tokens, g.greedy) << "prompt of " << g.prompt.size() << " tokens";
+  }
+  std::printf("%s on CUDA: max |Δlogit| = %.3g (%.3g of the peak logit) over %zu prompts; %d graph replays\n",
+              GetParam().c_str(), worst, worst_relative, goldens.size(), model->graph_replays());
+  EXPECT_GT(model->graph_replays(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(ReferenceModels, CudaParity,
+                         ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4", "tiny-26b-moe-q4",
+                                           "tiny-31b-q4", "models/demo"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+std::vector<int32_t> prompt_of(int length, int vocab, int salt) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < length; ++i) ids.push_back(static_cast<int32_t>(3 + (i * 7919 + salt * 104729) % (vocab - 3)));
+  return ids;
+}
+
+class CudaTinyModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaTinyModels, MatchesCpuModel) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::tiny_model_dir(GetParam());
+  auto cpu = Gemma4Model::load(dir);
+  auto gpu = Gemma4CudaModel::load(dir);
+  const auto prompt = prompt_of(40, cpu->config().vocab_size, 1);
+  Tensor expected = run_prompt(*cpu, prompt), got = run_prompt(*gpu, prompt);
+  EXPECT_LE(test::max_abs_diff(got, expected), bf16_tolerance(expected));
+}
+
+// Invariant 2 on the GPU: a row's logits are bit-identical alone and inside a ragged batch of
+// prefill chunks and decode tokens.
+TEST_P(CudaTinyModels, BatchInvariance) {
+  SKIP_WITHOUT_GPU();
+  auto model = Gemma4CudaModel::load(test::tiny_model_dir(GetParam()));
+  const int vocab = model->config().vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(5, vocab, 1), prompt_of(23, vocab, 2),
+                                                     prompt_of(1, vocab, 3)};
+  const std::vector<int32_t> next = {17, 29, 31};
+  for (int step = 0; step < 2; ++step) {
+    std::vector<std::unique_ptr<Sequence>> batch, solo;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      batch.push_back(model->new_sequence());
+      solo.push_back(model->new_sequence());
+    }
+    std::vector<Tensor> solo_logits;
+    std::vector<StepRow> rows;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::span<const int32_t> tokens = prompts[i];
+      if (step == 1) {  // decode step: prefill first, then one token
+        StepRow warm{solo[i].get(), tokens};
+        model->forward({&warm, 1});
+        StepRow warm_batch{batch[i].get(), tokens};
+        model->forward({&warm_batch, 1});
+        tokens = {&next[i], 1};
+      }
+      StepRow row{solo[i].get(), tokens};
+      solo_logits.push_back(model->forward({&row, 1}));
+      rows.push_back({batch[i].get(), tokens});
+    }
+    Tensor together = model->forward(rows);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Tensor row = together.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).contiguous();
+      EXPECT_EQ(test::max_abs_diff(row, solo_logits[i]), 0.0f) << "row " << i << (step ? " (decode)" : " (prefill)");
+    }
+  }
+}
+
+// Invariant 3 on the GPU: chunked prefill and token-by-token decode give the one-shot logits, and
+// CUDA-graph replays give the logits of direct launches bit for bit.
+TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::tiny_model_dir(GetParam());
+  auto graphed = Gemma4CudaModel::load(dir);
+  CudaModelOptions direct_options;
+  direct_options.use_graphs = false;
+  auto direct = Gemma4CudaModel::load(dir, direct_options);
+  const auto prompt = prompt_of(300, graphed->config().vocab_size, 4);  // crosses the 256 graph bucket
+  Tensor one_shot = run_prompt(*direct, prompt);
+
+  auto seq_graph = graphed->new_sequence(), seq_direct = direct->new_sequence();
+  StepRow first_graph{seq_graph.get(), std::span<const int32_t>(prompt).first(7)};
+  StepRow first_direct{seq_direct.get(), std::span<const int32_t>(prompt).first(7)};
+  graphed->forward({&first_graph, 1});
+  direct->forward({&first_direct, 1});
+  float worst = 0;
+  for (size_t i = 7; i < prompt.size(); ++i) {
+    StepRow a{seq_graph.get(), {&prompt[i], 1}}, b{seq_direct.get(), {&prompt[i], 1}};
+    Tensor from_graph = graphed->forward({&a, 1});
+    Tensor from_direct = direct->forward({&b, 1});
+    ASSERT_EQ(test::max_abs_diff(from_graph, from_direct), 0.0f) << "position " << i;
+    Tensor expected = one_shot.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).contiguous();
+    worst = std::max(worst, test::max_abs_diff(from_direct, expected));
+  }
+  EXPECT_LE(worst, 1e-3f * bf16_tolerance(one_shot) / 0.03f);
+  EXPECT_GE(graphed->graph_captures(), 2);  // buckets 256 and 512
+  EXPECT_GT(graphed->graph_replays(), 250);
+  EXPECT_EQ(direct->graph_replays(), 0);
+}
+
+TEST_P(CudaTinyModels, RejectsBadInput) {
+  SKIP_WITHOUT_GPU();
+  auto model = Gemma4CudaModel::load(test::tiny_model_dir(GetParam()));
+  auto cpu = Gemma4Model::load(test::tiny_model_dir(GetParam()));
+  auto seq = model->new_sequence();
+  const int32_t bad = model->config().vocab_size;
+  StepRow row{seq.get(), {&bad, 1}};
+  EXPECT_THROW(model->forward({&row, 1}), InvalidArgument);
+  auto foreign = cpu->new_sequence();
+  const int32_t ok = 5;
+  StepRow other{foreign.get(), {&ok, 1}};
+  EXPECT_THROW(model->forward({&other, 1}), InvalidArgument);
+  StepRow twice[2] = {{seq.get(), {&ok, 1}}, {seq.get(), {&ok, 1}}};
+  EXPECT_THROW(model->forward(twice), InvalidArgument);
+  EXPECT_EQ(seq->length(), 0);
+  StepRow good{seq.get(), {&ok, 1}};
+  EXPECT_NO_THROW(model->forward({&good, 1}));  // still usable after the errors
+  EXPECT_EQ(seq->length(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaTinyModels, ::testing::ValuesIn(test::tiny_config_names()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace lmx

@@ -1,0 +1,488 @@
+// GPU tests for the CUDA MoE ops (ops/cuda/linear.h): moe_route against ops::moe_route (experts exact,
+// weights to 1e-6), quantized_moe_experts against ops::quantized_moe_experts and dense_moe_experts
+// against ops::moe_experts (f32 tolerance from K and the output's scale: the reduction orders differ),
+// and batch invariance (a token's output bit-identical alone and inside larger calls, whichever kernel
+// variant — ungrouped decode or grouped prefill — each call picks).
+#include "lmx/ops/cpu/kernels.h"
+#include "lmx/ops/cuda/context.h"
+#include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/linear.h"
+#include "lmx/ops/ops.h"
+#include "lmx/ops/quantized.h"
+#include "lmx/quant/affine.h"
+#include "support/test_support.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace lmx {
+namespace {
+
+using cuda::CudaContext;
+using cuda::DeviceBuffer;
+
+constexpr double kF32Eps = std::numeric_limits<float>::epsilon();
+
+// The CPU references run their f32 kernels: the integer (VNNI) ones quantize x, an error well above the
+// f32 rounding these tests bound.
+class CudaMoeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    ctx_ = std::make_unique<CudaContext>(0);
+    ops::cpu::set_quantized_integer_kernels(false);
+  }
+  void TearDown() override { ops::cpu::set_quantized_integer_kernels(true); }
+  CudaContext& ctx() { return *ctx_; }
+
+ private:
+  std::unique_ptr<CudaContext> ctx_;
+};
+
+DeviceBuffer upload(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return DeviceBuffer::upload(c.raw_data(), c.nbytes());
+}
+
+Tensor download_f32(const DeviceBuffer& buffer, Shape shape) {
+  Tensor t = Tensor::zeros(std::move(shape), DType::kF32);
+  buffer.download(t.raw_data(), t.nbytes());
+  return t;
+}
+
+bool bits_equal(const float* a, const float* b, int64_t n) {
+  return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
+}
+
+// |got - want| <= 16·eps·sqrt(K)·rms(want) + 8·eps·|want| elementwise (K = H + I: the two chained
+// reductions); both sides accumulate in f32, in different orders.
+void expect_close_to_cpu(const Tensor& got, const Tensor& want, int64_t k, const std::string& what) {
+  ASSERT_EQ(got.numel(), want.numel()) << what;
+  const float* g = got.data<float>();
+  const float* w = want.data<float>();
+  double sq = 0.0;
+  for (int64_t i = 0; i < want.numel(); ++i) sq += static_cast<double>(w[i]) * w[i];
+  const double rms = std::sqrt(sq / static_cast<double>(std::max<int64_t>(1, want.numel())));
+  const double base = 16.0 * kF32Eps * std::sqrt(static_cast<double>(k)) * rms;
+  int failures = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double diff = std::fabs(static_cast<double>(g[i]) - w[i]);
+    const double tol = base + 8.0 * kF32Eps * std::fabs(w[i]);
+    if (!(diff <= tol) && failures++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " = " << g[i] << ", expected " << w[i] << " ± " << tol;
+  }
+}
+
+// ---- Routing -------------------------------------------------------------------------------------------
+
+// Logits on a grid of `step` in [-4, 4]: exact ties are common for a coarse step, and distinct values
+// are far apart (no near-ties that f32 exp rounding could order differently on the two sides).
+Tensor grid_logits(int64_t tokens, int experts, float step) {
+  std::uniform_int_distribution<int> pick(static_cast<int>(-4.0f / step), static_cast<int>(4.0f / step));
+  std::vector<float> v(static_cast<size_t>(tokens * experts));
+  for (float& f : v) f = static_cast<float>(pick(test::rng())) * step;
+  return Tensor::from_vector(v, {tokens, experts});
+}
+
+TEST_F(CudaMoeTest, RouteMatchesCpu) {
+  struct Case {
+    int64_t tokens;
+    int experts, top_k;
+    float step;
+    bool scale;
+  };
+  const Case cases[] = {{1, 4, 1, 0.25f, false},      {7, 4, 2, 0.25f, true},
+                        {33, 16, 2, 0.25f, false},    {64, 16, 8, 1.0f / 64, true},
+                        {5, 128, 8, 0.5f, true},      {200, 128, 8, 1.0f / 64, false},
+                        {3, 128, 1, 2.0f, false},     {70, 256, 16, 0.25f, true},
+                        {9, 256, 8, 1.0f / 64, true}, {4, 33, 5, 0.25f, true}};
+  for (const Case& c : cases) {
+    const std::string what =
+        fmt::format("T={} E={} k={} step={} scale={}", c.tokens, c.experts, c.top_k, c.step, c.scale);
+    const Tensor logits = grid_logits(c.tokens, c.experts, c.step);
+    const Tensor scale = test::random_tensor({c.experts}, DType::kF32, 0.5f, 2.0f);
+    Tensor want_experts, want_weights;
+    ops::moe_route(logits, c.top_k, c.scale ? &scale : nullptr, want_experts, want_weights);
+
+    const DeviceBuffer d_logits = upload(logits), d_scale = upload(scale);
+    DeviceBuffer d_experts(sizeof(int32_t) * static_cast<size_t>(c.tokens * c.top_k));
+    DeviceBuffer d_weights(sizeof(float) * static_cast<size_t>(c.tokens * c.top_k));
+    cuda::moe_route(d_logits.as<float>(), c.tokens, c.experts, c.top_k,
+                    c.scale ? d_scale.as<float>() : nullptr, d_experts.as<int32_t>(), d_weights.as<float>(),
+                    ctx().stream());
+    ctx().synchronize();
+    const auto got_experts =
+        cuda::download_vector<int32_t>(d_experts, static_cast<size_t>(c.tokens * c.top_k));
+    const auto got_weights = cuda::download_vector<float>(d_weights, static_cast<size_t>(c.tokens * c.top_k));
+    int failures = 0;
+    for (int64_t i = 0; i < c.tokens * c.top_k && failures < 5; ++i) {
+      const int32_t we = want_experts.data<int32_t>()[i];
+      const float ww = want_weights.data<float>()[i];
+      if (got_experts[static_cast<size_t>(i)] != we) {
+        ADD_FAILURE() << what << ": token " << i / c.top_k << " slot " << i % c.top_k << " expert "
+                      << got_experts[static_cast<size_t>(i)] << ", want " << we;
+        ++failures;
+      } else if (!(std::fabs(got_weights[static_cast<size_t>(i)] - ww) <=
+                   1e-6 * std::max(1.0f, std::fabs(ww)))) {
+        ADD_FAILURE() << what << ": token " << i / c.top_k << " slot " << i % c.top_k << " weight "
+                      << got_weights[static_cast<size_t>(i)] << ", want " << ww;
+        ++failures;
+      }
+    }
+  }
+}
+
+TEST_F(CudaMoeTest, RouteRejectsBadArguments) {
+  DeviceBuffer buffer(1024);
+  EXPECT_THROW(cuda::moe_route(buffer.as<float>(), 1, 257, 2, nullptr, buffer.as<int32_t>(),
+                               buffer.as<float>(), ctx().stream()),
+               InvalidArgument);
+  EXPECT_THROW(cuda::moe_route(buffer.as<float>(), 1, 8, 9, nullptr, buffer.as<int32_t>(), buffer.as<float>(),
+                               ctx().stream()),
+               InvalidArgument);
+  EXPECT_THROW(cuda::moe_route(buffer.as<float>(), 1, 64, 17, nullptr, buffer.as<int32_t>(),
+                               buffer.as<float>(), ctx().stream()),
+               InvalidArgument);
+}
+
+// ---- Expert dispatch: shared pieces ------------------------------------------------------------------
+
+// Expert ids and weights for T tokens: from ops::moe_route over random logits (distinct experts per
+// token), or uniform ids with repeats allowed (stresses the grouping) and random weights.
+struct Routing {
+  Tensor experts, weights;
+};
+
+Routing make_routing(int64_t tokens, int experts, int top_k, bool allow_repeats) {
+  Routing r;
+  if (!allow_repeats) {
+    const Tensor logits = test::random_tensor({tokens, experts}, DType::kF32, -2.0f, 2.0f);
+    ops::moe_route(logits, top_k, nullptr, r.experts, r.weights);
+    return r;
+  }
+  std::uniform_int_distribution<int32_t> pick(0, experts - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens * top_k));
+  for (int32_t& id : ids) id = pick(test::rng());
+  r.experts = Tensor::from_vector(ids, {tokens, top_k});
+  r.weights = test::random_tensor({tokens, top_k}, DType::kF32, -0.5f, 1.0f);
+  return r;
+}
+
+Routing slice_routing(const Routing& r, int64_t t0, int64_t t1) {
+  return {r.experts.slice(0, t0, t1).contiguous(), r.weights.slice(0, t0, t1).contiguous()};
+}
+
+// Device copies of an ops::QuantizedWeight; the codes may start `misalign` bytes (a multiple of 4) past a
+// 16-byte boundary, which sends the 4- and 8-bit stacks down the word-by-word path.
+struct DeviceQuantizedStack {
+  DeviceBuffer codes, scales, biases;
+  cuda::DeviceQuantized view;
+};
+
+DeviceQuantizedStack upload_quantized(const ops::QuantizedWeight& w, size_t misalign = 0) {
+  DeviceQuantizedStack d;
+  d.codes = DeviceBuffer(w.codes.nbytes() + 16);
+  auto* codes = reinterpret_cast<uint32_t*>(static_cast<char*>(d.codes.data()) + misalign);
+  EXPECT_EQ(cudaMemcpy(codes, w.codes.raw_data(), w.codes.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  d.scales = upload(w.scales);
+  d.biases = upload(w.biases);
+  d.view.codes = codes;
+  d.view.scales = d.scales.data();
+  d.view.biases = d.biases.data();
+  d.view.scale_dtype = w.scales.dtype();
+  d.view.bits = w.bits;
+  d.view.group_size = w.group_size;
+  d.view.batch = w.codes.dim(0);
+  d.view.rows = w.rows();
+  d.view.cols = w.cols();
+  return d;
+}
+
+// An [E, N, K] stack quantized with quant::quantize_affine from uniform weights in [-1, 1].
+ops::QuantizedWeight quantized_stack(int64_t e, int64_t n, int64_t k, int bits, int group,
+                                     DType scale_dtype) {
+  const quant::AffineQuantized q = quant::quantize_affine(
+      test::random_tensor({e, n, k}, DType::kF32, -1.0f, 1.0f), bits, group, scale_dtype);
+  ops::QuantizedWeight w;
+  w.codes = q.codes;
+  w.scales = q.scales;
+  w.biases = q.biases;
+  w.bits = q.bits;
+  w.group_size = q.group_size;
+  return w;
+}
+
+// An [E, N, K] stack with uniform random codes and random scales/biases (|w| ≲ 1): quantize_affine over
+// a Gemma-sized f32 stack would need gigabytes.
+ops::QuantizedWeight random_codes_stack(int64_t e, int64_t n, int64_t k, int bits, int group,
+                                        DType scale_dtype) {
+  ops::QuantizedWeight w;
+  w.bits = bits;
+  w.group_size = group;
+  w.codes = Tensor::zeros({e, n, k * bits / 32}, DType::kU32);
+  std::uniform_int_distribution<uint32_t> pick;
+  for (uint32_t& c : w.codes.span<uint32_t>()) c = pick(test::rng());
+  const float step = 1.0f / static_cast<float>(1 << bits);
+  w.scales = test::random_tensor({e, n, k / group}, scale_dtype, -step, step);
+  w.biases = test::random_tensor({e, n, k / group}, scale_dtype, -0.3f, 0.3f);
+  return w;
+}
+
+struct QuantizedMoe {
+  ops::QuantizedWeight gate, up, down;
+  DeviceQuantizedStack d_gate, d_up, d_down;
+  int64_t hidden() const { return gate.cols(); }
+  int64_t inter() const { return gate.rows(); }
+};
+
+Tensor run_quantized(const QuantizedMoe& m, const Tensor& x, const Routing& r, CudaContext& ctx) {
+  const int64_t tokens = x.dim(0), hidden = m.hidden();
+  const int top_k = static_cast<int>(r.experts.dim(1));
+  const DeviceBuffer d_x = upload(x), d_experts = upload(r.experts), d_weights = upload(r.weights);
+  DeviceBuffer d_out(sizeof(float) * static_cast<size_t>(std::max<int64_t>(1, tokens * hidden)));
+  cuda::quantized_moe_experts(d_x.as<float>(), tokens, d_experts.as<int32_t>(), d_weights.as<float>(), top_k,
+                              m.d_gate.view, m.d_up.view, m.d_down.view, d_out.as<float>(), ctx);
+  ctx.synchronize();
+  return download_f32(d_out, {tokens, hidden});
+}
+
+Tensor cpu_quantized(const QuantizedMoe& m, const Tensor& x, const Routing& r) {
+  Tensor out;
+  ops::quantized_moe_experts(x, r.experts, r.weights, m.gate, m.up, m.down, out);
+  return out;
+}
+
+// Token rows [t0, t0 + 1) of a GPU call over x alone must be the bits of the same rows inside `all`.
+template <class Run>
+void expect_token_invariant(const Tensor& x, const Routing& r, const Tensor& all, const Run& run,
+                            const std::string& what) {
+  const int64_t tokens = x.dim(0), hidden = x.dim(1);
+  for (int64_t t0 : {int64_t{0}, tokens / 2, tokens - 1}) {
+    const Tensor one = run(x.slice(0, t0, t0 + 1).contiguous(), slice_routing(r, t0, t0 + 1));
+    EXPECT_TRUE(bits_equal(one.data<float>(), all.data<float>() + t0 * hidden, hidden))
+        << what << ": token " << t0 << " alone differs from the full call";
+    const int64_t f0 = std::max<int64_t>(0, t0 - 2), f1 = std::min<int64_t>(tokens, f0 + 5);
+    const Tensor few = run(x.slice(0, f0, f1).contiguous(), slice_routing(r, f0, f1));
+    EXPECT_TRUE(bits_equal(few.data<float>() + (t0 - f0) * hidden, all.data<float>() + t0 * hidden, hidden))
+        << what << ": token " << t0 << " in a call of " << f1 - f0 << " differs from the full call";
+  }
+}
+
+// ---- Quantized experts ---------------------------------------------------------------------------------
+
+TEST_F(CudaMoeTest, QuantizedExpertsMatchCpu) {
+  struct Case {
+    int64_t tokens, hidden, inter;
+    int experts, top_k;
+    int gate_bits, up_bits, down_bits, group;
+    DType scale_dtype;
+    bool repeats;
+  };
+  const Case cases[] = {
+      // Fast 4-bit path (gate and up fused), each dispatch variant: T ≤ 4 ungrouped, then grouped M = 4 / 8.
+      {1, 64, 32, 4, 1, 4, 4, 4, 32, DType::kBF16, false},
+      {2, 128, 64, 4, 2, 4, 4, 4, 64, DType::kBF16, true},
+      {5, 128, 64, 4, 2, 4, 4, 4, 64, DType::kF16, true},
+      {64, 128, 96, 16, 2, 4, 4, 4, 32, DType::kBF16, true},
+      {64, 256, 64, 128, 8, 4, 4, 4, 64, DType::kBF16, false},
+      {64, 2048, 128, 16, 8, 4, 4, 4, 128, DType::kF32, false},  // LANES 32 over H, 8 over I; slabs
+      // 8-bit and 3-bit paths, and mixed formats (gate and up launched separately).
+      {1, 128, 64, 16, 2, 8, 8, 8, 64, DType::kBF16, false},
+      {5, 128, 64, 4, 2, 8, 8, 8, 32, DType::kF32, true},
+      {64, 128, 64, 16, 8, 8, 8, 8, 64, DType::kBF16, false},
+      {1, 96, 64, 4, 2, 3, 3, 3, 32, DType::kBF16, false},
+      {5, 96, 64, 4, 2, 3, 3, 3, 32, DType::kF16, true},
+      {64, 192, 96, 16, 8, 3, 3, 3, 32, DType::kBF16, false},
+      {5, 128, 64, 16, 2, 4, 8, 3, 32, DType::kBF16, true},
+      {64, 128, 128, 4, 2, 6, 2, 5, 64, DType::kF16, true},
+      // Several passes (T·k > 4096 pairs).
+      {600, 64, 32, 16, 8, 4, 4, 4, 32, DType::kBF16, false},
+  };
+  for (const Case& c : cases) {
+    const std::string what =
+        fmt::format("T={} H={} I={} E={} k={} bits {}/{}/{} g={} {}", c.tokens, c.hidden, c.inter, c.experts,
+                    c.top_k, c.gate_bits, c.up_bits, c.down_bits, c.group, dtype_name(c.scale_dtype));
+    QuantizedMoe m;
+    m.gate = quantized_stack(c.experts, c.inter, c.hidden, c.gate_bits, c.group, c.scale_dtype);
+    m.up = quantized_stack(c.experts, c.inter, c.hidden, c.up_bits, c.group, c.scale_dtype);
+    m.down = quantized_stack(c.experts, c.hidden, c.inter, c.down_bits, c.group, c.scale_dtype);
+    m.d_gate = upload_quantized(m.gate);
+    m.d_up = upload_quantized(m.up);
+    m.d_down = upload_quantized(m.down);
+    const Tensor x = test::random_tensor({c.tokens, c.hidden});
+    const Routing r = make_routing(c.tokens, c.experts, c.top_k, c.repeats);
+    const Tensor got = run_quantized(m, x, r, ctx());
+    expect_close_to_cpu(got, cpu_quantized(m, x, r), c.hidden + c.inter, what);
+    if (c.tokens > 1)
+      expect_token_invariant(
+          x, r, got, [&](const Tensor& xs, const Routing& rs) { return run_quantized(m, xs, rs, ctx()); },
+          what);
+  }
+}
+
+TEST_F(CudaMoeTest, QuantizedUnalignedCodesGiveTheSameBits) {
+  // 4- and 8-bit codes 4 bytes past a 16-byte boundary take the word-by-word kernels, whose values
+  // must be the vector path's bits (same chunking and order).
+  for (int bits : {4, 8}) {
+    QuantizedMoe aligned, unaligned;
+    aligned.gate = unaligned.gate = quantized_stack(8, 64, 256, bits, 64, DType::kBF16);
+    aligned.up = unaligned.up = quantized_stack(8, 64, 256, bits, 64, DType::kBF16);
+    aligned.down = unaligned.down = quantized_stack(8, 256, 64, bits, 64, DType::kBF16);
+    aligned.d_gate = upload_quantized(aligned.gate);
+    aligned.d_up = upload_quantized(aligned.up);
+    aligned.d_down = upload_quantized(aligned.down);
+    unaligned.d_gate = upload_quantized(unaligned.gate, 4);
+    unaligned.d_up = upload_quantized(unaligned.up, 4);
+    unaligned.d_down = upload_quantized(unaligned.down, 12);
+    for (int64_t tokens : {1, 5, 64}) {
+      const Tensor x = test::random_tensor({tokens, 256});
+      const Routing r = make_routing(tokens, 8, 2, false);
+      const Tensor a = run_quantized(aligned, x, r, ctx()), u = run_quantized(unaligned, x, r, ctx());
+      EXPECT_TRUE(bits_equal(a.data<float>(), u.data<float>(), a.numel())) << bits << " bits, T=" << tokens;
+    }
+  }
+}
+
+TEST_F(CudaMoeTest, QuantizedGemmaShapes) {
+  // Gemma 4 26B-A4B experts: E=128, k=8, H=2816, I=704, 4-bit group 64 with bf16 scales.
+  constexpr int64_t kHidden = 2816, kInter = 704;
+  constexpr int kExperts = 128, kTopK = 8;
+  QuantizedMoe m;
+  m.gate = random_codes_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
+  m.up = random_codes_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
+  m.down = random_codes_stack(kExperts, kHidden, kInter, 4, 64, DType::kBF16);
+  m.d_gate = upload_quantized(m.gate);
+  m.d_up = upload_quantized(m.up);
+  m.d_down = upload_quantized(m.down);
+  const Tensor x = test::random_tensor({64, kHidden}, DType::kF32, -0.2f, 0.2f);
+  const Routing r = make_routing(64, kExperts, kTopK, false);
+  const Tensor all = run_quantized(m, x, r, ctx());
+  expect_close_to_cpu(all, cpu_quantized(m, x, r), kHidden + kInter, "gemma T=64");
+  const Tensor one = run_quantized(m, x.slice(0, 0, 1).contiguous(), slice_routing(r, 0, 1), ctx());
+  expect_close_to_cpu(one, cpu_quantized(m, x.slice(0, 0, 1).contiguous(), slice_routing(r, 0, 1)),
+                      kHidden + kInter, "gemma T=1");
+  EXPECT_TRUE(bits_equal(one.data<float>(), all.data<float>(), kHidden)) << "token 0 alone vs T=64";
+  expect_token_invariant(
+      x, r, all, [&](const Tensor& xs, const Routing& rs) { return run_quantized(m, xs, rs, ctx()); },
+      "gemma");
+}
+
+TEST_F(CudaMoeTest, QuantizedRejectsBadArguments) {
+  QuantizedMoe m;
+  m.gate = quantized_stack(4, 32, 64, 4, 32, DType::kBF16);
+  m.up = quantized_stack(4, 32, 64, 4, 32, DType::kBF16);
+  m.down = quantized_stack(4, 64, 32, 4, 32, DType::kBF16);
+  m.d_gate = upload_quantized(m.gate);
+  m.d_up = upload_quantized(m.up);
+  m.d_down = upload_quantized(m.down);
+  DeviceBuffer buffer(1 << 16);
+  auto call = [&](const cuda::DeviceQuantized& gate, const cuda::DeviceQuantized& up,
+                  const cuda::DeviceQuantized& down) {
+    cuda::quantized_moe_experts(buffer.as<float>(), 1, buffer.as<int32_t>(), buffer.as<float>(), 2, gate, up,
+                                down, buffer.as<float>(), ctx());
+  };
+  cuda::DeviceQuantized bad = m.d_down.view;
+  bad.cols = 64;  // I mismatch
+  EXPECT_THROW(call(m.d_gate.view, m.d_up.view, bad), InvalidArgument);
+  bad = m.d_up.view;
+  bad.batch = 3;  // E mismatch
+  EXPECT_THROW(call(m.d_gate.view, bad, m.d_down.view), InvalidArgument);
+  bad = m.d_gate.view;
+  bad.bits = 7;
+  EXPECT_THROW(call(bad, m.d_up.view, m.d_down.view), InvalidArgument);
+}
+
+// ---- Dense experts -------------------------------------------------------------------------------------
+
+struct DenseMoe {
+  Tensor gate_up, down;  // [E, 2I, H], [E, H, I] in the test's dtype
+  DeviceBuffer d_gate_up, d_down;
+  cuda::DeviceDense v_gate_up, v_down;
+};
+
+DenseMoe make_dense(int experts, int64_t hidden, int64_t inter, DType dtype) {
+  DenseMoe m;
+  m.gate_up = test::random_tensor({experts, 2 * inter, hidden}, dtype, -0.5f, 0.5f);
+  m.down = test::random_tensor({experts, hidden, inter}, dtype, -0.5f, 0.5f);
+  m.d_gate_up = upload(m.gate_up);
+  m.d_down = upload(m.down);
+  m.v_gate_up = {m.d_gate_up.data(), dtype, experts, 2 * inter, hidden};
+  m.v_down = {m.d_down.data(), dtype, experts, hidden, inter};
+  return m;
+}
+
+Tensor run_dense(const DenseMoe& m, const Tensor& x, const Routing& r, CudaContext& ctx) {
+  const int64_t tokens = x.dim(0), hidden = x.dim(1);
+  const DeviceBuffer d_x = upload(x), d_experts = upload(r.experts), d_weights = upload(r.weights);
+  DeviceBuffer d_out(sizeof(float) * static_cast<size_t>(std::max<int64_t>(1, tokens * hidden)));
+  cuda::dense_moe_experts(d_x.as<float>(), tokens, d_experts.as<int32_t>(), d_weights.as<float>(),
+                          static_cast<int>(r.experts.dim(1)), m.v_gate_up, m.v_down, d_out.as<float>(), ctx);
+  ctx.synchronize();
+  return download_f32(d_out, {tokens, hidden});
+}
+
+TEST_F(CudaMoeTest, DenseExpertsMatchCpu) {
+  struct Case {
+    int64_t tokens, hidden, inter;
+    int experts, top_k;
+    DType dtype;
+    bool repeats;
+  };
+  const Case cases[] = {
+      {1, 64, 32, 4, 1, DType::kF32, false},      {2, 64, 48, 4, 2, DType::kBF16, true},
+      {5, 128, 64, 4, 2, DType::kF32, true},      {5, 128, 64, 16, 2, DType::kBF16, true},
+      {64, 128, 64, 16, 8, DType::kBF16, false},  {64, 96, 40, 128, 8, DType::kF32, false},
+      {64, 1024, 256, 4, 2, DType::kBF16, false}, {64, 512, 256, 16, 2, DType::kF32, true},
+  };
+  for (const Case& c : cases) {
+    const std::string what = fmt::format("T={} H={} I={} E={} k={} {}", c.tokens, c.hidden, c.inter,
+                                         c.experts, c.top_k, dtype_name(c.dtype));
+    const DenseMoe m = make_dense(c.experts, c.hidden, c.inter, c.dtype);
+    const Tensor x = test::random_tensor({c.tokens, c.hidden});
+    const Routing r = make_routing(c.tokens, c.experts, c.top_k, c.repeats);
+    const Tensor got = run_dense(m, x, r, ctx());
+    Tensor want;
+    ops::moe_experts(x, r.experts, r.weights, m.gate_up, m.down, want);
+    expect_close_to_cpu(got, want, c.hidden + c.inter, what);
+    if (c.tokens > 1)
+      expect_token_invariant(
+          x, r, got, [&](const Tensor& xs, const Routing& rs) { return run_dense(m, xs, rs, ctx()); }, what);
+  }
+}
+
+TEST_F(CudaMoeTest, DenseRejectsBadArguments) {
+  const DenseMoe m = make_dense(4, 64, 32, DType::kBF16);
+  DeviceBuffer buffer(1 << 16);
+  auto call = [&](const cuda::DeviceDense& gate_up, const cuda::DeviceDense& down) {
+    cuda::dense_moe_experts(buffer.as<float>(), 1, buffer.as<int32_t>(), buffer.as<float>(), 2, gate_up, down,
+                            buffer.as<float>(), ctx());
+  };
+  cuda::DeviceDense bad = m.v_down;
+  bad.cols = 16;
+  EXPECT_THROW(call(m.v_gate_up, bad), InvalidArgument);
+  bad = m.v_gate_up;
+  bad.dtype = DType::kF16;
+  EXPECT_THROW(call(bad, m.v_down), InvalidArgument);
+  bad = m.v_gate_up;
+  bad.data = static_cast<const char*>(bad.data) + 2;  // not 16-byte aligned
+  EXPECT_THROW(call(bad, m.v_down), InvalidArgument);
+}
+
+TEST_F(CudaMoeTest, ZeroTokensIsANoOp) {
+  const DenseMoe m = make_dense(4, 64, 32, DType::kF32);
+  cuda::dense_moe_experts(nullptr, 0, nullptr, nullptr, 2, m.v_gate_up, m.v_down, nullptr, ctx());
+  cuda::moe_route(nullptr, 0, 8, 2, nullptr, nullptr, nullptr, ctx().stream());
+  ctx().synchronize();
+}
+
+}  // namespace
+}  // namespace lmx
