@@ -25,7 +25,7 @@ done
 # Shared libraries the binaries need that are not part of glibc or the CUDA driver/toolkit.
 for lib in $(ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u); do
   case "$(basename "$lib")" in
-    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libcublas*|libcudart*) ;;
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*) ;;
     *) cp -L "$lib" "$stage/lib/" ;;
   esac
 done

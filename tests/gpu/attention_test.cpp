@@ -223,6 +223,7 @@ const Shape kShapes[] = {
     {16, 8, 256, 0, 1.0f},        // Gemma 4 sliding-layer dim, scale 1
     {32, 4, 512, 0, 1.0f},        // Gemma 4 global-layer dim, scale 1
     {16, 1, 96, 0, 0.1f},         // GQA 16, dim not a power of two
+    {4, 2, 16, 0, 0.25f},         // the tiny test models' sliding-layer dim (padded to 32)
 };
 
 // Gemma-style scale 1 with head_dim 256/512 makes softmax very peaky for uniform [-1, 1] data; a

@@ -68,8 +68,9 @@ Plan make_plan(const AttentionBatch& b) {
 void validate(const AttentionBatch& b) {
   LMX_REQUIRE(InvalidArgument, b.heads > 0 && b.kv_heads > 0 && b.heads % b.kv_heads == 0,
               "cuda attention: heads {} must be a positive multiple of kv_heads {}", b.heads, b.kv_heads);
-  LMX_REQUIRE(InvalidArgument, b.head_dim > 0 && b.head_dim <= 512 && b.head_dim % 32 == 0,
-              "cuda attention: head_dim {} must be a multiple of 32 in [32, 512]", b.head_dim);
+  // Head dims are zero-padded to the next tier (32, 64, 128, 256, 512) in 16-byte (8-element) chunks.
+  LMX_REQUIRE(InvalidArgument, b.head_dim > 0 && b.head_dim <= 512 && b.head_dim % 8 == 0,
+              "cuda attention: head_dim {} must be a multiple of 8 in [8, 512]", b.head_dim);
   LMX_REQUIRE(InvalidArgument, b.tokens <= (int64_t{1} << 24) && b.max_kv_len >= 0,
               "cuda attention: {} tokens / max_kv_len {} out of range", b.tokens, b.max_kv_len);
   LMX_REQUIRE(InvalidArgument,

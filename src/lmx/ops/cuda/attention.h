@@ -18,7 +18,7 @@ struct AttentionBatch {
   int64_t q_stride = 0;
   float* out = nullptr;            // [T, heads, head_dim] f32 contiguous
   int64_t tokens = 0;
-  int heads = 0, kv_heads = 0, head_dim = 0;  // heads % kv_heads == 0; head_dim ≤ 512, multiple of 32
+  int heads = 0, kv_heads = 0, head_dim = 0;  // heads % kv_heads == 0; head_dim ≤ 512, multiple of 8
   const int32_t* q_pos = nullptr;  // [T] position of each query token
   const int32_t* q_seq = nullptr;  // [T] sequence index of each query token, in [0, S)
   const uint16_t* const* k = nullptr;  // [S] device array of device pointers to bf16 k storage

@@ -3,7 +3,9 @@
 //
 // One numeric definition for both paths. A query row's result is a fixed function of its q and its
 // visible keys, whichever kernel computes it and whatever else shares the call:
-//  - keys are cut at absolute multiples of 64 (tiles) and 256 (chunks);
+//  - keys are cut at absolute multiples of 64 (tiles) and kChunkKeys (chunks; one tile per chunk, so
+//    batch-1 decode spreads over kv_len / 64 blocks: with 4-tile chunks a 512-key decode ran on 2
+//    blocks and took ~31 us on an H200, latency-bound);
 //  - inside a chunk, tiles are folded in key order with the online softmax (running max m, acc and l
 //    rescaled by ex2(m_old - m_new), p = ex2(s - m) rounded to bf16, acc += P·V and l += P·1 on the
 //    tensor cores, q rounded to bf16, S = q·k on the tensor cores chained over head_dim in order);
@@ -26,7 +28,7 @@
 namespace lmx::cuda::attn {
 
 constexpr int kTileKeys = 64;
-constexpr int kChunkTiles = 4;
+constexpr int kChunkTiles = 1;
 constexpr int kChunkKeys = kTileKeys * kChunkTiles;
 constexpr uint32_t kOnesBf16x2 = 0x3F803F80u;  // two bf16 1.0
 

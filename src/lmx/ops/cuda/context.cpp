@@ -1,4 +1,4 @@
-// CudaContext: stream, cuBLASLt handle, workspace and scratch buffers (see context.h).
+// CudaContext: stream and scratch buffers (see context.h).
 #include "lmx/ops/cuda/context.h"
 
 #include "lmx/ops/cuda/cuda_check.h"
@@ -7,10 +7,6 @@
 
 namespace lmx::cuda {
 
-namespace {
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-}
-
 CudaContext::CudaContext(int device) : device_(device) {
   const int count = device_count();
   if (device < 0 || device >= count)
@@ -18,13 +14,10 @@ CudaContext::CudaContext(int device) : device_(device) {
   LMX_CUDA_CHECK(cudaSetDevice(device));
   LMX_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device));
   LMX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  LMX_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
-  cublas_workspace_ = DeviceBuffer(kCublasWorkspaceBytes);
 }
 
 CudaContext::~CudaContext() {
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
-  if (cublas_lt_ != nullptr) (void)cublasLtDestroy(cublas_lt_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }
 

@@ -1,11 +1,10 @@
-// Per-device execution context of the CUDA backend: the stream every op runs on, the cuBLASLt handle
-// and its workspace, and named scratch buffers that stay at fixed addresses (so CUDA graphs that
-// captured them stay valid). Not thread-safe: one context per thread of work.
+// Per-device execution context of the CUDA backend: the stream every op runs on and named scratch
+// buffers that stay at fixed addresses (so CUDA graphs that captured them stay valid). Not
+// thread-safe: one context per thread of work.
 #pragma once
 
 #include "lmx/ops/cuda/device_memory.h"
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <array>
@@ -25,8 +24,8 @@ enum class Scratch : int {
 
 class CudaContext {
  public:
-  // Selects `device`, creates a non-blocking stream and a cuBLASLt handle with a 32 MiB workspace.
-  // Throws CudaError when there is no usable device.
+  // Selects `device` and creates a non-blocking stream. Throws CudaError when there is no usable
+  // device.
   explicit CudaContext(int device = 0);
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;
@@ -34,9 +33,6 @@ class CudaContext {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  cublasLtHandle_t cublas_lt() const { return cublas_lt_; }
-  void* cublas_workspace() const { return cublas_workspace_.data(); }
-  size_t cublas_workspace_bytes() const { return cublas_workspace_.bytes(); }
   int multiprocessors() const { return multiprocessors_; }
 
   // A buffer of at least `bytes` for `slot`, at the same address until a larger request grows it.
@@ -53,8 +49,6 @@ class CudaContext {
   int device_ = 0;
   int multiprocessors_ = 0;
   cudaStream_t stream_ = nullptr;
-  cublasLtHandle_t cublas_lt_ = nullptr;
-  DeviceBuffer cublas_workspace_;
   std::array<DeviceBuffer, static_cast<size_t>(Scratch::kCount)> scratch_;
   int scratch_generation_ = 0;
 };

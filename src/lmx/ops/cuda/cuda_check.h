@@ -1,4 +1,4 @@
-// Checked CUDA runtime and cuBLAS calls: every failure becomes an lmx::CudaError naming the call,
+// Checked CUDA runtime calls: every failure becomes an lmx::CudaError naming the call,
 // the error and the source line. Kernel launches are checked with LMX_CUDA_CHECK_LAUNCH().
 #pragma once
 
@@ -16,7 +16,6 @@ class CudaError : public Error {
 
 namespace cuda {
 [[noreturn]] void throw_cuda_error(cudaError_t error, const char* expr, const char* file, int line);
-[[noreturn]] void throw_cublas_error(int status, const char* expr, const char* file, int line);
 }  // namespace cuda
 
 }  // namespace lmx
@@ -29,10 +28,3 @@ namespace cuda {
   } while (0)
 
 #define LMX_CUDA_CHECK_LAUNCH() LMX_CUDA_CHECK(cudaGetLastError())
-
-#define LMX_CUBLAS_CHECK(expr)                                                            \
-  do {                                                                                    \
-    const int lmx_cublas_status_ = static_cast<int>(expr);                                \
-    if (lmx_cublas_status_ != 0) [[unlikely]]                                             \
-      ::lmx::cuda::throw_cublas_error(lmx_cublas_status_, #expr, __FILE__, __LINE__);     \
-  } while (0)

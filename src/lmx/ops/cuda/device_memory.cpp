@@ -14,10 +14,6 @@ void throw_cuda_error(cudaError_t error, const char* expr, const char* file, int
                               cudaGetErrorString(error), expr, file, line));
 }
 
-void throw_cublas_error(int status, const char* expr, const char* file, int line) {
-  throw CudaError(fmt::format("cuBLAS error {} in {} at {}:{}", status, expr, file, line));
-}
-
 DeviceAllocator& DeviceAllocator::instance() {
   static DeviceAllocator* allocator = new DeviceAllocator();  // never destroyed: buffers may outlive statics
   return *allocator;

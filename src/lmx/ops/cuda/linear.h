@@ -1,5 +1,6 @@
-// CUDA projections: dense (f32/bf16 weights, cuBLASLt) and MLX affine-quantized (own kernels), plus
-// the mixture-of-experts routing and expert dispatch built on them.
+// CUDA projections: dense (f32/bf16 weights) and MLX affine-quantized, plus the mixture-of-experts
+// routing and expert dispatch. All are lmx's own kernels (linear_tiles.cuh): cuBLAS(Lt) picks its
+// kernel and split-K by M, which would break the batch-invariance contract below.
 //
 // Conventions: see elementwise.h. x is f32 [M, K] with row stride x_stride; out is f32 [M, N] with
 // row stride out_stride; accumulation is f32. Tensor-core paths round x to bf16 on the way in.

@@ -136,21 +136,23 @@ template <int kBytes>
 __device__ __forceinline__ void cp_async(uint32_t dst, const void* src, bool valid) {
   const int src_bytes = valid ? kBytes : 0;
   if constexpr (kBytes == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
   else
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(kBytes),
-                 "r"(src_bytes));
+                 "r"(src_bytes)
+                 : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
+               : "r"(address)
+               : "memory");
 }
 
 // Scale/bias element i as f32 (exact), dtype known at compile time (Scale = bf16, half, float) or at run
@@ -356,7 +358,8 @@ __device__ __forceinline__ void load_slot_scales(const Problem& p, int64_t row, 
 
 // ---- Decode kernel ------------------------------------------------------------------------------------------
 //
-// Block = `segments` warps over 16 weight rows (blockIdx.x) and 8 * NT x rows (blockIdx.y); warp s sums
+// Block = `segments` warps over 16 weight rows (blockIdx.y) and 8 * NT x rows (blockIdx.x, so that the
+// blocks sharing weight rows run together and the second reads them from L2); warp s sums
 // segment s of K for its 16 rows x 8 NT x rows with kUnroll chunks of weights loaded before use (Q4:
 // 4 chunks = 8 16-byte loads per lane, 4 KiB per warp, in flight). x is read as f32 (L1-resident) and
 // rounded in registers. The segments' partial sums meet in shared memory and are added in order.
@@ -365,6 +368,8 @@ template <class F, int NT>
 struct DecodeConfig {
   static constexpr int kBaseUnroll = F::kBits >= 16 ? 1 : (16 / F::kBits < 4 ? 16 / F::kBits : 4);
   static constexpr int kUnroll = NT >= 4 ? 1 : (NT == 2 && kBaseUnroll > 2 ? 2 : kBaseUnroll);
+  // Q4 / Q8 (16-byte loads, heavy dequantization): the loads run a ring ahead of the compute (below).
+  static constexpr bool kRing = F::kBits < 16 && F::kLoadBytes == 16;
 };
 
 template <class F>
@@ -392,8 +397,8 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int segments = blockDim.x >> 5;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * (8 * NT);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * 16;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * (8 * NT);
   const int64_t r0 = row0 + g, r1 = row0 + g + 8;
   const bool v0 = r0 < p.n, v1 = r1 < p.n;
   const uint32_t* w0 = p.weight + (v0 ? r0 : 0) * p.row_words;
@@ -405,41 +410,93 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
 
-  for (int j0 = chunk_begin; j0 < chunk_end; j0 += kUnroll) {
-    uint32_t raw[kUnroll][2][F::kWords];
-    float sc[kUnroll][2][kSlots], bi[kUnroll][2][kSlots];
+  // Chunk j's raw words and scales into slot u, and chunk j's product from slot u into acc (the same
+  // operands in the same order whichever loop below drives them).
+  uint32_t raw[kUnroll][2][F::kWords];
+  float sc[kUnroll][2][kSlots], bi[kUnroll][2][kSlots];
+  auto load_chunk = [&](int u, int j) {
+    const bool in = j < chunk_end;
+    const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
+    load_weight_raw<F>(w0 + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, in && v0, raw[u][0]);
+    load_weight_raw<F>(w1 + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, in && v1, raw[u][1]);
+    load_slot_scales<F>(p, r0, in && v0, j, c, k_left, sc[u][0], bi[u][0]);
+    load_slot_scales<F>(p, r1, in && v1, j, c, k_left, sc[u][1], bi[u][1]);
+  };
+  auto dequant_chunk = [&](int u, int k_left, uint32_t (&a)[8][4]) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = j0 + u;
-      const bool in = j < chunk_end;
-      const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
-      load_weight_raw<F>(w0 + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, in && v0, raw[u][0]);
-      load_weight_raw<F>(w1 + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, in && v1, raw[u][1]);
-      load_slot_scales<F>(p, r0, in && v0, j, c, k_left, sc[u][0], bi[u][0]);
-      load_slot_scales<F>(p, r1, in && v1, j, c, k_left, sc[u][1], bi[u][1]);
+    for (int t = 0; t < 8; ++t) {
+      a[t][0] = weight_pair<F>(raw[u][0], 2 * t, sc[u][0], bi[u][0], c, k_left);
+      a[t][1] = weight_pair<F>(raw[u][1], 2 * t, sc[u][1], bi[u][1], c, k_left);
+      a[t][2] = weight_pair<F>(raw[u][0], 2 * t + 1, sc[u][0], bi[u][0], c, k_left);
+      a[t][3] = weight_pair<F>(raw[u][1], 2 * t + 1, sc[u][1], bi[u][1], c, k_left);
     }
+  };
+  auto multiply_chunk = [&](int j, int k_left, const uint32_t (&a)[8][4]) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = j0 + u;
-      if (j < chunk_end) {
-        const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
-        uint32_t a[8][4];
+    for (int nt = 0; nt < NT; ++nt) {
+      const int64_t token = m0 + nt * 8 + g;
+      const bool valid = token < p.m;
+      uint32_t b[16];
+      load_x_pairs<F>(p.x + (valid ? token : 0) * p.x_stride + static_cast<int64_t>(j) * kChunk, c, k_left, valid,
+                      p.x_vec4, b);
 #pragma unroll
-        for (int t = 0; t < 8; ++t) {
-          a[t][0] = weight_pair<F>(raw[u][0], 2 * t, sc[u][0], bi[u][0], c, k_left);
-          a[t][1] = weight_pair<F>(raw[u][1], 2 * t, sc[u][1], bi[u][1], c, k_left);
-          a[t][2] = weight_pair<F>(raw[u][0], 2 * t + 1, sc[u][0], bi[u][0], c, k_left);
-          a[t][3] = weight_pair<F>(raw[u][1], 2 * t + 1, sc[u][1], bi[u][1], c, k_left);
+      for (int t = 0; t < 8; ++t) mma_bf16(acc[nt], a[t], b[2 * t], b[2 * t + 1]);
+    }
+  };
+
+  if constexpr (DecodeConfig<F, NT>::kRing) {
+    // Ring of kUnroll slots, slot u holding chunk j0 + u: a slot is refilled with the chunk kUnroll ahead
+    // as soon as it is used, so every warp keeps ~kUnroll chunks of loads in flight while it
+    // computes, instead of alternating a burst of loads with a phase of pure compute (the 4/8-bit
+    // formats spend 4-8x more issue slots per byte than bf16 on dequantization, so that compute phase
+    // is long and left the memory system idle). Slots are indexed statically (fully unrolled u), so the
+    // ring costs no register moves. Loads past chunk_end are predicated off (zeros, no memory access).
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) load_chunk(u, chunk_begin + u);
+    for (int j0 = chunk_begin; j0 < chunk_end; j0 += kUnroll) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u;
+        if (j < chunk_end) {
+          const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
+          if constexpr (NT == 1 && F::kBits == 4) {
+            // x first, then each step's A fragment right before its mma: 4 live A registers instead of
+            // 32 (the same operands in the same order), which keeps Q4's 4-slot ring free of spills.
+            // (Q8's 2-slot ring fits the other way and spills this way, per ptxas -v.)
+            uint32_t b[16];
+            const bool valid = m0 + g < p.m;
+            load_x_pairs<F>(p.x + (valid ? m0 + g : 0) * p.x_stride + static_cast<int64_t>(j) * kChunk, c, k_left,
+                            valid, p.x_vec4, b);
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+              const uint32_t a[4] = {weight_pair<F>(raw[u][0], 2 * t, sc[u][0], bi[u][0], c, k_left),
+                                     weight_pair<F>(raw[u][1], 2 * t, sc[u][1], bi[u][1], c, k_left),
+                                     weight_pair<F>(raw[u][0], 2 * t + 1, sc[u][0], bi[u][0], c, k_left),
+                                     weight_pair<F>(raw[u][1], 2 * t + 1, sc[u][1], bi[u][1], c, k_left)};
+              mma_bf16(acc[0], a, b[2 * t], b[2 * t + 1]);
+            }
+          } else {
+            uint32_t a[8][4];
+            dequant_chunk(u, k_left, a);
+            multiply_chunk(j, k_left, a);
+          }
+          load_chunk(u, j + kUnroll);  // after the mma: the A registers are dead, so the ring fits
         }
+      }
+    }
+  } else {
+    // kUnroll chunks loaded, then used (bf16: one chunk is 8 loads per lane already; packed: unchanged).
+    for (int j0 = chunk_begin; j0 < chunk_end; j0 += kUnroll) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const int64_t token = m0 + nt * 8 + g;
-          const bool valid = token < p.m;
-          uint32_t b[16];
-          load_x_pairs<F>(p.x + (valid ? token : 0) * p.x_stride + static_cast<int64_t>(j) * kChunk, c, k_left,
-                          valid, p.x_vec4, b);
+      for (int u = 0; u < kUnroll; ++u) load_chunk(u, j0 + u);
 #pragma unroll
-          for (int t = 0; t < 8; ++t) mma_bf16(acc[nt], a[t], b[2 * t], b[2 * t + 1]);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u;
+        if (j < chunk_end) {
+          const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
+          uint32_t a[8][4];
+          dequant_chunk(u, k_left, a);
+          multiply_chunk(j, k_left, a);
         }
       }
     }

@@ -4,7 +4,12 @@
 // Kernel design ("gathered GEMM on CUDA cores"): a block computes kRowsPerBlock output rows of one
 // expert's projection for up to M (token, expert) pairs of that expert (a "chunk"). The block stages
 // the pairs' inputs (x rows, or gelu_tanh(gate) * up for the down projection) in shared memory, slab
-// by slab along K, and each output row is reduced by a group of LANES lanes of one warp.
+// by slab along K, and each output row is reduced by a group of LANES lanes of one warp. A thread
+// owns R rows × M pairs of accumulators, so each weight element is dequantized once per block and
+// each staged float4 of x feeds 4·R FMAs. Decode (M = 1, R = 2) keeps two chunks per row in flight
+// and issues its first weight loads before staging x; prefill (M = 4/8, R = 4) is capped at 128
+// registers (two blocks per SM). Quantized chunks are consumed word by word (a rolled loop), so the
+// compiler cannot hoist a whole chunk's dequantization into registers.
 //
 // Reduction order (the batch-invariance contract): K is cut into chunks of kChunk consecutive
 // elements (a format property: 32 for 2/3/4/5/6-bit codes, 16 for 8-bit, 8 for bf16, 4 for f32).
@@ -388,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<M>())
   }
 }
 
-// Rows one block covers for a given (M, LANES): kWarps · (32 / LANES) · R(M).
+// Output rows per thread (R); a block covers kWarps · (32 / LANES) · R rows. Not part of the order.
 template <int M>
 constexpr int rows_per_thread() {
   return M == 1 ? 2 : 4;
@@ -399,8 +404,9 @@ void launch_projection_kernel(const ProjectionParams& p, int grid_y, cudaStream_
   constexpr int R = rows_per_thread<M>();
   constexpr int kRowsPerBlock = kWarps * (32 / LANES) * R;
   const int64_t slab_len = p.k < slab_length<M>() ? p.k : slab_length<M>();
-  const size_t smem = sizeof(float4) * static_cast<size_t>((M + 1) / 2) +
-                      sizeof(float) * static_cast<size_t>(M) * static_cast<size_t>(padded_host(static_cast<int>(slab_len)));
+  const size_t smem =
+      sizeof(float4) * static_cast<size_t>((M + 1) / 2) +
+      sizeof(float) * static_cast<size_t>(M) * static_cast<size_t>(padded_host(static_cast<int>(slab_len)));
   const dim3 grid(static_cast<unsigned>((p.n_out + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(grid_y));
   expert_projection_kernel<W, M, R, LANES, kDown, (M <= 4)><<<grid, kThreads, smem, stream>>>(p);
@@ -438,7 +444,7 @@ void launch_format(const ProjectionParams& p, bool down, int m_tile, int grid_y,
     launch_for_format<W, false, kHasM4>(p, m_tile, grid_y, stream);
 }
 
-// ---- Entry points (defined in moe_quantized.cu and moe_dense.cu) ------------------------------------
+// ---- Entry points (moe_quantized.cu, moe_quantized_generic.cu, moe_dense.cu) ------------------------
 
 // Enqueues one projection (gate/up when !down, else down) with chunks of up to m_tile pairs (1, 4 or 8;
 // 1 = ungrouped, grid_y pairs; otherwise grid_y is the bound on the chunk count). `bits` and the

@@ -8,7 +8,7 @@ namespace {
 
 template <class F, int NT>
 void decode_rows(const Problem& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((p.n + 15) / 16), static_cast<unsigned>((p.m + 8 * NT - 1) / (8 * NT)));
+  const dim3 grid(static_cast<unsigned>((p.m + 8 * NT - 1) / (8 * NT)), static_cast<unsigned>((p.n + 15) / 16));
   const size_t smem = static_cast<size_t>(p.segments) * NT * 8 * 16 * sizeof(float);
   linear_decode_kernel<F, NT><<<grid, 32 * p.segments, smem, stream>>>(p);
   LMX_CUDA_CHECK_LAUNCH();
