@@ -79,12 +79,7 @@ TEST_P(CudaParity, LogitsAndGreedyMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(ReferenceModels, CudaParity,
                          ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4", "tiny-26b-moe-q4",
                                            "tiny-31b-q4", "models/demo"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
+                         test::ParamName());
 
 std::vector<int32_t> prompt_of(int length, int vocab, int salt) {
   std::vector<int32_t> ids;
@@ -199,12 +194,7 @@ TEST_P(CudaTinyModels, RejectsBadInput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaTinyModels, ::testing::ValuesIn(test::tiny_config_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
+                         test::ParamName());
 
 }  // namespace
 }  // namespace lmx

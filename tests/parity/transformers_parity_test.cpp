@@ -102,12 +102,7 @@ TEST_P(Parity, OtherCheckpointNamings) {
 INSTANTIATE_TEST_SUITE_P(ReferenceModels, Parity,
                          ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4", "tiny-26b-moe-q4",
                                            "tiny-31b-q4", "models/demo"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
+                         test::ParamName());
 
 }  // namespace
 }  // namespace lmx

@@ -3,6 +3,7 @@
 
 #include "lmx/core/tensor.h"
 
+#include <cctype>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -31,6 +32,17 @@ class TempDir {
 std::mt19937_64& rng();
 std::vector<float> random_floats(size_t n, float lo = -1.0f, float hi = 1.0f);
 Tensor random_tensor(const Shape& shape, DType dtype = DType::kF32, float lo = -1.0f, float hi = 1.0f);
+
+// Names a string-parameterised test instance after its parameter ("tiny-e2b" → "tiny_e2b").
+struct ParamName {
+  template <typename Info>
+  std::string operator()(const Info& info) const {
+    std::string name = info.param;
+    for (char& c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    return name;
+  }
+};
 
 // Largest |a - b| over two f32 tensors of the same shape (after conversion to f32).
 float max_abs_diff(const Tensor& a, const Tensor& b);

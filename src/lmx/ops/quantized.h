@@ -2,10 +2,13 @@
 // that read the packed codes directly — no op ever dequantizes a whole matrix.
 //
 // Weight semantics: element k of row n is w = fma(scale, q, bias) in f32 (q the code, scale and bias of
-// its group widened exactly from F32/BF16/F16) — the values quant::dequantize_affine returns. The ops
-// compute with exactly these values and f32 accumulation, so they match ops::linear over the
+// its group widened exactly from F32/BF16/F16) — the values quant::dequantize_affine returns. The f32
+// kernels compute with exactly these values and f32 accumulation, so they match ops::linear over the
 // dequantized matrix to f32 rounding (bit for bit when its columns are given in the same order; see
 // quantized_linear). On CPUs without FMA (SSE4 targets) scale * q and + bias round separately.
+// Exception: on CPUs with AVX-512 VNNI, 4-bit weights run integer kernels that quantize x to 24-bit fixed
+// point per 8 columns and center the codes on 8: out = Σ_g s_g Σ (q - 8) x̂ + Σ_g fma(8, s_g, b_g) Σ x with
+// |x - x̂| ≤ 1.008 * 2^-23 * max|x over its 8 columns| per element (ops/cpu/quantized_vnni.cpp).
 // Argument errors are InvalidArgument naming the op, like the ops in ops.h.
 #pragma once
 
@@ -33,12 +36,13 @@ struct QuantizedWeight {
 // M; contiguous, or 2-D with a contiguous last dim); w a 2-D QuantizedWeight. out gets x's leading shape
 // with last dim N (or is an f32 buffer of that size, as in ops.h).
 // Contract (batch invariance, as ops::linear): out[m, n] is bit-identical whatever M, m, the other rows
-// of x and the thread count. Its reduction order depends only on K, bits and the SIMD target: the
-// products x[k] * w[n, k] are accumulated into L f32 lanes in a fixed column order, then summed
-// horizontally. The order is the natural one (column k in lane k % L) except for 4-bit weights, whose
-// columns are visited per block of 2L as the L even columns then the L odd ones.
+// of x and the thread count. Its reduction order depends only on K, bits, the group size and the SIMD
+// target. f32 kernels: the products x[k] * w[n, k] are accumulated into L f32 lanes in a fixed column
+// order, then summed horizontally; the order is the natural one (column k in lane k % L) except for
+// 4-bit weights, whose columns are visited per block of 2L as the L even columns then the L odd ones.
 // Decode (M < 16) unpacks codes in registers, parallel over N; prefill dequantizes each weight panel
-// once per pass of up to 64 rows of x and runs register tiles over it.
+// once per pass of up to 64 rows of x and runs register tiles over it. Integer kernels (4 bits with
+// VNNI): the same kernels serve every M, with x quantized row by row.
 void quantized_linear(const Tensor& x, const QuantizedWeight& w, Tensor& out);
 Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w);
 

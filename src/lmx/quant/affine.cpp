@@ -1,6 +1,8 @@
 // MLX affine codec reference: bit-stream packing, quantize (as mlx.core.quantize), dequantize, validation.
 #include "lmx/quant/affine.h"
 
+#include "lmx/core/thread_pool.h"
+
 #include "lmx/core/half.h"
 
 #include <algorithm>
@@ -124,11 +126,13 @@ AffineQuantized quantize_affine(const Tensor& w, int bits, int group_size, DType
   auto round_mlx = [gpu](float v) { return gpu ? std::round(v) : std::rint(v); };
   const float n_bins = static_cast<float>((1 << bits) - 1);
   const float eps = 1e-7f;
-  std::vector<float> values(static_cast<size_t>(group_size));
-  std::vector<uint32_t> codes(static_cast<size_t>(k));
   uint32_t* out_words = q.codes.data<uint32_t>();
 
-  for (int64_t r = 0; r < rows; ++r) {
+  // Rows are independent: split over the thread pool (the result does not depend on the split).
+  parallel_for(rows, std::max<int64_t>(1, 4096 / groups), [&](int64_t r0, int64_t r1) {
+  std::vector<float> values(static_cast<size_t>(group_size));
+  std::vector<uint32_t> codes(static_cast<size_t>(k));
+  for (int64_t r = r0; r < r1; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t base = r * k + g * group_size;
       // GPU kernels start the max at 0 (and the min at the dtype's largest value, which no finite
@@ -164,6 +168,7 @@ AffineQuantized quantize_affine(const Tensor& w, int bits, int group_size, DType
     }
     pack_row(codes, bits, std::span<uint32_t>(out_words + r * words, static_cast<size_t>(words)));
   }
+  });
   return q;
 }
 

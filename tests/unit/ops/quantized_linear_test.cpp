@@ -1,6 +1,8 @@
 // Tests for quantized_linear and quantized_embedding: every bits × group × scale dtype against
 // dequantize-then-f32 references on ragged shapes, bit-identity with ops::linear over the dequantized
-// (column-ordered) matrix, batch invariance across M, row position, thread count and SIMD target, errors.
+// (column-ordered) matrix, batch invariance across M, row position, thread count and SIMD target, errors;
+// the integer (VNNI) kernels for 4-bit weights against the same references within their
+// activation-quantization bound.
 #include "lmx/core/thread_pool.h"
 #include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/ops.h"
@@ -12,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -54,31 +57,67 @@ Tensor dequantized(const ops::QuantizedWeight& w) {
   return quant::dequantize_affine({w.codes, w.scales, w.biases, w.bits, w.group_size});
 }
 
-// Σ_k x w in double for all rows of x, with the dense tests' bound 2 eps sqrt(K) Σ|x w| (the weights
-// the kernels use are exactly the f32 dequantized values).
+// The integer kernels' error bound for x (quantized_vnni.cpp): each element may move by up to
+// 1.008 * 2^-23 * max|x over its block of 8 columns| (half a power-of-two unit).
+std::vector<double> activation_error_bound(const Tensor& x) {
+  const int64_t k = x.dim(-1), rows = x.numel() / k;
+  const auto xd = test::to_doubles(x);
+  std::vector<double> bound(xd.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c0 = 0; c0 < k; c0 += 8) {
+      double max = 0;
+      for (int64_t c = c0; c < c0 + 8; ++c) max = std::max(max, std::fabs(xd[r * k + c]));
+      for (int64_t c = c0; c < c0 + 8; ++c) bound[r * k + c] = 1.01 * std::ldexp(max, -23);
+    }
+  return bound;
+}
+
+// Σ_k x w in double for all rows of x (w = the f32 dequantized values, as the f32 kernels use). Bound for
+// the f32 kernels: the dense tests' 2 eps sqrt(K) Σ|x w|. For the integer kernels, which compute
+// Σ s (q - 8) x̂ + Σ b' x with b' = b + 8 s and x̂ within activation_error_bound of x:
+// Σ |s (q - 8)| * bound(x), plus 2 eps sqrt(K) (Σ|x s (q - 8)| + Σ|x b'|) for their f32 steps.
 struct Reference {
   std::vector<double> value, tol;
 };
-Reference reference(const Tensor& x, const Tensor& deq) {
+Reference reference(const Tensor& x, const ops::QuantizedWeight& w, bool integer) {
+  const Tensor deq = dequantized(w);
   const int64_t m = x.numel() / x.dim(-1), n = deq.dim(0), k = deq.dim(1);
   const auto xd = test::to_doubles(x), wd = test::to_doubles(deq);
+  // scale * q alone (the dequantization with zero biases), and each group's scale.
+  const auto sq = test::to_doubles(quant::dequantize_affine(
+      {w.codes, w.scales, Tensor::zeros(w.biases.shape(), w.biases.dtype()), w.bits, w.group_size}));
+  const auto scales = test::to_doubles(w.scales);
+  const double z = 8;  // the integer kernels' code center
+  const auto xe = activation_error_bound(x);
   Reference r;
   r.value.resize(static_cast<size_t>(m * n));
   r.tol.resize(r.value.size());
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      double sum = 0, sum_abs = 0;
+      double sum = 0, sum_abs = 0, parts_abs = 0, quantization = 0;
       for (int64_t c = 0; c < k; ++c) {
-        const double p = xd[static_cast<size_t>(i * k + c)] * wd[static_cast<size_t>(j * k + c)];
+        const size_t xi = static_cast<size_t>(i * k + c), wi = static_cast<size_t>(j * k + c);
+        const double p = xd[xi] * wd[wi];
+        const double s = scales[static_cast<size_t>(j * (k / w.group_size) + c / w.group_size)];
+        const double centered = sq[wi] - z * s, bias = wd[wi] - sq[wi] + z * s;
         sum += p;
         sum_abs += std::fabs(p);
+        parts_abs += std::fabs(xd[xi] * centered) + std::fabs(xd[xi] * bias);
+        quantization += std::fabs(centered) * xe[xi];
       }
       r.value[static_cast<size_t>(i * n + j)] = sum;
+      const double f32 = 2 * kF32Eps * std::sqrt(static_cast<double>(k));
       r.tol[static_cast<size_t>(i * n + j)] =
-          2 * kF32Eps * std::sqrt(static_cast<double>(k)) * sum_abs + 1e-30;
+          (integer ? quantization + f32 * parts_abs : f32 * sum_abs) + 1e-30;
     }
   return r;
 }
+
+// Turns the integer kernels off for its lifetime (the f32 kernels' exact contracts are tested with it).
+struct F32KernelsOnly {
+  F32KernelsOnly() { ops::cpu::set_quantized_integer_kernels(false); }
+  ~F32KernelsOnly() { ops::cpu::set_quantized_integer_kernels(true); }
+};
 
 std::vector<double> prefix(const std::vector<double>& v, size_t count) {
   return {v.begin(), v.begin() + static_cast<std::ptrdiff_t>(count)};
@@ -98,7 +137,7 @@ TEST(QuantizedLinear, MatchesDequantizedReferenceForEveryFormat) {
         ++turn;
         const ops::QuantizedWeight w = random_weight({n, k}, bits, group, sdt, turn % 2 == 0);
         const Tensor x = test::random_tensor({21, k});
-        const Reference ref = reference(x, dequantized(w));
+        const Reference ref = reference(x, w, ops::cpu::quantized_integer_kernels(bits));
         for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 21}) {
           const Tensor out = ops::quantized_linear(x.slice(0, 0, m), w);
           ASSERT_EQ(out.shape(), (Shape{m, n}));
@@ -115,7 +154,8 @@ TEST(QuantizedLinear, WeightsMayBeUnalignedWindowsOfOneBuffer) {
   // As when mapped from a safetensors file: codes, scales and biases at 4- and 2-byte aligned offsets
   // inside one buffer, with the codes last (a vector load past them would leave the buffer).
   for (int bits : kBits) {
-    const ops::QuantizedWeight w = random_weight({11, 256}, bits, 64, DType::kBF16, true);
+    // K = 320: the integer kernels' last 128-column chunk is a 64-column tail at the very end.
+    const ops::QuantizedWeight w = random_weight({11, 320}, bits, 64, DType::kBF16, true);
     const size_t code_bytes = w.codes.nbytes(), sb_bytes = w.scales.nbytes();
     const size_t code_offset = (2 + 2 * sb_bytes + 3) / 4 * 4;  // 4-byte aligned, after the biases
     auto storage = Storage::allocate(code_offset + code_bytes);
@@ -127,7 +167,7 @@ TEST(QuantizedLinear, WeightsMayBeUnalignedWindowsOfOneBuffer) {
     view.biases = Tensor::from_storage(storage, w.biases.shape(), DType::kBF16, 2 + sb_bytes);
     view.codes = Tensor::from_storage(storage, w.codes.shape(), DType::kU32, code_offset);
     for (int64_t m : {1, 3, 17}) {
-      const Tensor x = test::random_tensor({m, 256});
+      const Tensor x = test::random_tensor({m, 320});
       EXPECT_TRUE(test::bit_equal(ops::quantized_linear(x, view), ops::quantized_linear(x, w))) << bits;
     }
   }
@@ -151,6 +191,7 @@ TEST(QuantizedLinear, BitIdenticalToDenseLinearOverDequantizedWeights) {
   // columns in the kernels' order, the results agree bit for bit (on FMA targets, where the kernels'
   // dequantization is dequantize_affine's fma).
   if (!best_target_has_fma()) GTEST_SKIP() << "no FMA target";
+  const F32KernelsOnly f32_only;
   for (int bits : kBits) {
     const ops::QuantizedWeight w = random_weight({37, 1152}, bits, bits % 2 ? 32 : 128, DType::kBF16, true);
     const Tensor deq = in_kernel_order(dequantized(w), bits);
@@ -214,18 +255,34 @@ TEST(QuantizedLinear, BatchInvariantBitIdentical) {
   check_batch_invariance(8, 32, 320, pick_m(test::rng()));
   check_batch_invariance(3, 128, 1152, pick_m(test::rng()));
   check_batch_invariance(6, 32, 96, pick_m(test::rng()));
+  {
+    const F32KernelsOnly f32_only;  // the f32 kernels for 4 and 8 bits too
+    check_batch_invariance(4, 64, 2112, pick_m(test::rng()));
+    check_batch_invariance(8, 32, 320, pick_m(test::rng()));
+  }
+}
+
+// The targets to test one by one: every one compiled into this test and supported here, plus AVX3_DL
+// (compiled only into the integer kernels) when supported, paired with AVX3 for the other kernels.
+std::vector<int64_t> targets_to_test() {
+  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  if ((hwy::SupportedTargets() & HWY_AVX3_DL) != 0 && (hwy::SupportedTargets() & HWY_AVX3) != 0 &&
+      std::find(targets.begin(), targets.end(), int64_t{HWY_AVX3_DL}) == targets.end())
+    targets.insert(targets.begin(), int64_t{HWY_AVX3_DL | HWY_AVX3});
+  return targets;
 }
 
 // Every SIMD target compiled in and supported here is accurate and batch-invariant on its own (values
-// may differ between targets: lane counts differ).
+// may differ between targets: lane counts differ, and only some targets have the integer kernels).
 TEST(QuantizedLinear, EveryTargetAccurateAndBatchInvariant) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+  for (int64_t target : targets_to_test()) {
     hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+    SCOPED_TRACE(hwy::TargetName(target & -target));
     for (int bits : {4, 8, 5}) {
+      SCOPED_TRACE(ops::cpu::quantized_integer_kernels(bits) ? "integer kernels" : "f32 kernels");
       const ops::QuantizedWeight w = random_weight({13, 1088}, bits, 64, DType::kF16, true);
       const Tensor x = test::random_tensor({19, 1088});
-      const Reference ref = reference(x, dequantized(w));
+      const Reference ref = reference(x, w, ops::cpu::quantized_integer_kernels(bits));
       test::expect_close(ops::quantized_linear(x.slice(0, 0, 3), w), prefix(ref.value, 39),
                          prefix(ref.tol, 39), "target few rows");
       test::expect_close(ops::quantized_linear(x, w), ref.value, ref.tol, "target many rows");
@@ -233,6 +290,126 @@ TEST(QuantizedLinear, EveryTargetAccurateAndBatchInvariant) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// ---- The integer kernels (4-bit weights on CPUs with AVX-512 VNNI) -----------------------------------------
+
+bool integer_kernels_here() {
+  return ops::cpu::quantized_integer_kernels(4);
+}
+
+TEST(QuantizedLinearInteger, ServeFourBitsOnlyWhereTheCpuHasVnni) {
+  for (int bits : {2, 3, 5, 6, 8}) EXPECT_FALSE(ops::cpu::quantized_integer_kernels(bits)) << bits;
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    EXPECT_FALSE(ops::cpu::quantized_integer_kernels(4));
+  } else {
+    EXPECT_TRUE(ops::cpu::quantized_integer_kernels(4)) << "VNNI CPU without the integer kernels";
+    const F32KernelsOnly f32_only;
+    EXPECT_FALSE(ops::cpu::quantized_integer_kernels(4));
+  }
+}
+
+// x rows with the shapes the integer kernels must survive: ordinary values, one outlier 1000x the rest
+// (its block's unit grows, the others keep theirs), an all-zero 128-column chunk, and tiny values.
+Tensor awkward_x(int64_t m, int64_t k) {
+  Tensor x = test::random_tensor({m, k});
+  float* p = x.data<float>();
+  std::uniform_int_distribution<int64_t> pick_col(0, k - 1);
+  for (int64_t r = 0; r < m; ++r) {
+    switch (r % 4) {
+      case 1:
+        p[r * k + pick_col(test::rng())] = 1000.0f;
+        break;
+      case 2:
+        std::fill(p + r * k, p + r * k + std::min<int64_t>(k, 128), 0.0f);
+        break;
+      case 3:
+        for (int64_t c = 0; c < k; ++c) p[r * k + c] *= 1e-6f;
+        break;
+      default:
+        break;
+    }
+  }
+  return x;
+}
+
+TEST(QuantizedLinearInteger, MatchesDequantizedReferenceOnRaggedShapes) {
+  // K: below one 128-column chunk, with a 32/64/96-column tail chunk, and past a 2048-column span with a
+  // tail; N: tails of every weight-row tile; M: decode tiles (1..5) and prefill tiles (16, 17, 40).
+  if (!integer_kernels_here()) GTEST_SKIP() << "no integer kernels on this CPU";
+  const int64_t ns[] = {1, 5, 9, 13};
+  int turn = 0;
+  for (int group : kGroups)
+    for (int64_t k : {int64_t{128}, int64_t{1024}, int64_t{2048 + 128 + 64}, int64_t{3 * 128 + 32}, int64_t{96},
+                      int64_t{64}, int64_t{32}}) {
+      if (k % group != 0) continue;
+      for (bool arbitrary : {false, true}) {
+        const DType sdt = kScaleTypes[turn % 3];
+        const int64_t n = ns[turn % 4];
+        ++turn;
+        const ops::QuantizedWeight w = random_weight({n, k}, 4, group, sdt, arbitrary);
+        const Tensor x = awkward_x(40, k);
+        const Reference ref = reference(x, w, true);
+        for (int64_t m : {1, 2, 3, 5, 16, 17, 40}) {
+          const Tensor out = ops::quantized_linear(x.slice(0, 0, m), w);
+          const std::string what = fmt::format("group {} {} {} codes M={} N={} K={}", group, dtype_name(sdt),
+                                               arbitrary ? "arbitrary" : "quantized", m, n, k);
+          const auto count = static_cast<size_t>(m * n);
+          test::expect_close(out, prefix(ref.value, count), prefix(ref.tol, count), what.c_str());
+          if (HasFailure()) return;
+        }
+      }
+    }
+}
+
+TEST(QuantizedLinearInteger, KeepsPrecisionBesideALargeElement) {
+  // Each block of 8 columns of x has one element 2^12 times the others, in a column whose weights are zero
+  // (code 8, bias -8 * scale: zero in the kernels' centered form too), so the result is made of the small
+  // elements alone and the f32 tolerance is relative to them: x rounded to 16 bits per block (one digit
+  // fewer) would break it for most outputs.
+  if (!integer_kernels_here()) GTEST_SKIP() << "no integer kernels on this CPU";
+  const int64_t n = 16, k = 384, groups = k / 64;
+  ops::QuantizedWeight w = random_weight({n, k}, 4, 64, DType::kF32, true);
+  for (int64_t g = 0; g < n * groups; ++g) w.biases.data<float>()[g] = -8.0f * w.scales.data<float>()[g];
+  uint32_t* codes = w.codes.data<uint32_t>();
+  for (int64_t word = 0; word < w.codes.numel(); ++word) codes[word] = (codes[word] & ~0xFu) | 8u;  // column 8j
+  Tensor x = test::random_tensor({4, k}, DType::kF32, -1.0f / 4096, 1.0f / 4096);
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t c0 = 0; c0 < k; c0 += 8) x.data<float>()[r * k + c0] = 1.0f;
+  const Reference ref = reference(x, w, true);
+  test::expect_close(ops::quantized_linear(x, w), ref.value, ref.tol, "large elements");
+  Tensor coarse = x.contiguous();
+  float* p = coarse.data<float>();
+  for (int64_t i = 0; i < coarse.numel(); ++i) p[i] = std::ldexp(std::nearbyint(std::ldexp(p[i], 15)), -15);
+  const auto coarse_value = reference(coarse, w, true).value;
+  int beyond = 0;
+  for (size_t i = 0; i < coarse_value.size(); ++i) beyond += std::fabs(coarse_value[i] - ref.value[i]) > ref.tol[i];
+  EXPECT_GT(beyond, static_cast<int>(coarse_value.size()) / 2) << beyond << " of " << coarse_value.size();
+}
+
+TEST(QuantizedLinearInteger, BatchInvariantAcrossRowCountsAndThreads) {
+  // Each row alone (M = 1, one thread) against every M in {1, 2, 3, 5, 16, 17, 40} (decode and prefill
+  // tiles) and 1, 2, 3 and 5 threads, bit for bit; K with a span and a tail chunk, N with tile tails.
+  if (!integer_kernels_here()) GTEST_SKIP() << "no integer kernels on this CPU";
+  for (int group : {32, 64, 128}) {
+    const int64_t k = 2048 + 128 + (group == 128 ? 128 : 64), n = 70;
+    const ops::QuantizedWeight w = random_weight({n, k}, 4, group, DType::kBF16, true);
+    const Tensor x = awkward_x(40, k);
+    set_default_threads(1);
+    std::vector<Tensor> alone;
+    for (int64_t r = 0; r < 40; ++r) alone.push_back(ops::quantized_linear(x.slice(0, r, r + 1), w));
+    for (int threads : {1, 2, 3, 5}) {
+      set_default_threads(threads);
+      for (int64_t m : {1, 2, 3, 5, 16, 17, 40})
+        for (int64_t first : {int64_t{0}, 40 - m}) {
+          const Tensor out = ops::quantized_linear(x.slice(0, first, first + m), w);
+          for (int64_t r = 0; r < m; ++r)
+            ASSERT_TRUE(test::bit_equal(out.slice(0, r, r + 1), alone[static_cast<size_t>(first + r)]))
+                << "group " << group << " M=" << m << " first " << first << " row " << r << " threads " << threads;
+        }
+    }
+    set_default_threads(0);
+  }
 }
 
 TEST(QuantizedLinear, RejectsBadArguments) {

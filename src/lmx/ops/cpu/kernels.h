@@ -7,6 +7,7 @@
 #include "lmx/core/dtype.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace lmx::ops {
@@ -86,11 +87,15 @@ struct QuantizedMatrix {
 };
 
 // out[m, n] = Σ_k x[m, k] * w[n, k] with w = fma(scale, q, bias) (see ops/quantized.h for the contract).
-// x rows hold the K columns in the kernels' column order for w.bits: the natural order, or (when
-// quantized_reorders_columns) the rows written by quantized_prepare_x.
+// x is given in the form prepare_rows chose for w: either f32 rows holding the K columns in the f32
+// kernels' column order for w.bits (the natural order, or, when quantized_reorders_columns, the rows
+// written by quantized_prepare_x), or, when xq is set, rows written by quantized_integer_prepare_x for
+// w's bits and group size (the integer kernels run; x is then unused).
 struct QuantizedLinearArgs {
   const float* x = nullptr;
   int64_t x_stride = 0;
+  const uint8_t* xq = nullptr;  // 64-byte aligned rows
+  int64_t xq_stride = 0;        // bytes: quantized_integer_row_bytes(w.k, w.group_size)
   QuantizedMatrix w;
   float* out = nullptr;
   int64_t out_stride = 0;
@@ -103,11 +108,15 @@ bool quantized_reorders_columns(int bits);
 // kernels for `bits`. The same permutation applied to any two rows preserves their dot product's terms.
 void quantized_prepare_x(const float* x, int64_t x_stride, int64_t rows, int64_t k, int bits, float* out);
 
-// Computes the block out[m0:m1, n0:n1] on the calling thread. Reduction order contract: out[m, n]
-// accumulates x[m, k] * w[n, k] into one vector of L f32 lanes by FMA, column at position p of the
-// kernel order landing in lane p % L, positions in increasing order, then one fixed horizontal sum — so
-// it depends only on K, bits and the target, never on the block bounds or on the other rows.
+// Computes the block out[m0:m1, n0:n1] on the calling thread: quantized_integer_block when args.xq is
+// set, else quantized_f32_block. Either way out[m, n] depends only on K, bits, the group size, the
+// target and the path, never on the block bounds or on the other rows.
 void quantized_linear_block(const QuantizedLinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+// The f32 kernels (quantized_simd.cpp). Reduction order contract: out[m, n] accumulates x[m, k] * w[n, k]
+// into one vector of L f32 lanes by FMA, column at position p of the kernel order landing in lane p % L,
+// positions in increasing order, then one fixed horizontal sum — so it depends only on K, bits and the
+// target, never on the block bounds or on the other rows.
+void quantized_f32_block(const QuantizedLinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 // Work split for quantized_linear_block over out[0:m, 0:n] (as LinearTiling).
 LinearTiling quantized_linear_tiling(int64_t m, int64_t n);
 // out[0:m, 0:n] over the default thread pool.
@@ -119,14 +128,42 @@ QuantizedMatrix quantized_matrix(const QuantizedWeight& w, int ndim, const char*
 // Expert `expert`'s [rows_per_expert, K] slice of a stack viewed by quantized_matrix.
 QuantizedMatrix expert_matrix(const QuantizedMatrix& stack, int64_t rows_per_expert, int64_t expert);
 
-// Rows of x in the column order of the kernels for some bits: x itself when that order is natural,
-// else a reordered copy owned by `buffer`.
+// ---- Integer kernels for 4-bit weights (quantized_vnni.cpp) ----------------------------------------------
+// On targets with AVX-512 VNNI, x is quantized to 24-bit fixed point with a power-of-two unit per 8 columns
+// (|error| ≤ 1.008 * 2^-23 * max|x over those 8 columns| per element) and multiplied with the codes in
+// int32; see quantized_vnni.cpp for the numerics and the row layout.
+
+// Whether quantized_linear and quantized_moe_experts run the integer kernels for `bits`-bit weights now:
+// 4 bits, a CPU and dispatched SIMD target with AVX-512 VNNI, and the debug knob on.
+bool quantized_integer_kernels(int bits);
+// Debug knob for benchmarks and tests that compare both paths (default on; the environment variable
+// LMX_QUANT_INTEGER=0 at start-up turns it off). Not thread-safe against running ops.
+void set_quantized_integer_kernels(bool enabled);
+// Bytes of one prepared x row (a multiple of 64).
+int64_t quantized_integer_row_bytes(int64_t k, int group_size);
+// Writes `rows` rows of k floats (row stride x_stride) into out (64-byte aligned, row stride
+// quantized_integer_row_bytes) for weights of group `group_size`. Each row is prepared on its own.
+void quantized_integer_prepare_x(const float* x, int64_t x_stride, int64_t rows, int64_t k, int group_size,
+                                 uint8_t* out);
+// The integer kernels over args.xq (w.bits 4; only while quantized_integer_kernels(4)).
+void quantized_integer_block(const QuantizedLinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+
+// Rows of x in the form the kernels for a weight take (see QuantizedLinearArgs): for the integer kernels,
+// prepared rows owned by `quantized_buffer`; else f32 rows in the f32 kernels' column order: x itself
+// when that order is natural, else a reordered copy owned by `buffer`.
 struct PreparedRows {
   const float* data = nullptr;
   int64_t stride = 0;
+  const uint8_t* quantized = nullptr;
+  int64_t quantized_stride = 0;
   std::vector<float> buffer;
+  std::unique_ptr<uint8_t[]> quantized_buffer;
+  // Points args at these rows from row `row0` on.
+  void bind(QuantizedLinearArgs& args, int64_t row0) const;
 };
-PreparedRows prepare_rows(const float* x, int64_t x_stride, int64_t rows, int64_t k, int bits);
+PreparedRows prepare_rows(const float* x, int64_t x_stride, int64_t rows, const QuantizedMatrix& w);
+// Whether rows prepared for a serve b too (same path, and the same order or integer layout).
+bool same_preparation(const QuantizedMatrix& a, const QuantizedMatrix& b);
 
 // Row `row` of w dequantized into out[0:k] in the natural column order: out[j] = fma(scale, q, bias) * mul.
 void quantized_dequantize_row(const QuantizedMatrix& w, int64_t row, float mul, float* out);

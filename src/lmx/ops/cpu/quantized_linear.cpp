@@ -1,5 +1,6 @@
-// quantized_linear and quantized_embedding over MLX affine weights: argument checks, x column order,
-// work split and threading (the SIMD kernels are in quantized_simd.cpp).
+// quantized_linear and quantized_embedding over MLX affine weights: argument checks, the choice between the
+// f32 kernels (quantized_simd.cpp) and the integer ones (quantized_vnni.cpp), x preparation, work split and
+// threading.
 #include "lmx/core/thread_pool.h"
 #include "lmx/ops/cpu/checks.h"
 #include "lmx/ops/cpu/kernels.h"
@@ -64,20 +65,61 @@ QuantizedMatrix expert_matrix(const QuantizedMatrix& stack, int64_t rows_per_exp
   return m;
 }
 
-PreparedRows prepare_rows(const float* x, int64_t x_stride, int64_t rows, int64_t k, int bits) {
+void quantized_linear_block(const QuantizedLinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (args.xq != nullptr) {
+    quantized_integer_block(args, m0, m1, n0, n1);
+  } else {
+    quantized_f32_block(args, m0, m1, n0, n1);
+  }
+}
+
+void PreparedRows::bind(QuantizedLinearArgs& args, int64_t row0) const {
+  if (quantized != nullptr) {
+    args.xq = quantized + row0 * quantized_stride;
+    args.xq_stride = quantized_stride;
+  } else {
+    args.x = data + row0 * stride;
+    args.x_stride = stride;
+  }
+}
+
+PreparedRows prepare_rows(const float* x, int64_t x_stride, int64_t rows, const QuantizedMatrix& w) {
   PreparedRows p;
+  const int64_t k = w.k;
+  const int bits = w.bits;
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1));
+  if (quantized_integer_kernels(bits)) {
+    const int64_t row_bytes = quantized_integer_row_bytes(k, w.group_size);
+    constexpr size_t kAlign = 64;
+    p.quantized_buffer = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(rows * row_bytes) + kAlign);
+    const auto address = reinterpret_cast<uintptr_t>(p.quantized_buffer.get());
+    uint8_t* out = p.quantized_buffer.get() + ((kAlign - address % kAlign) % kAlign);
+    parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+      quantized_integer_prepare_x(x + begin * x_stride, x_stride, end - begin, k, w.group_size, out + begin * row_bytes);
+    });
+    p.quantized = out;
+    p.quantized_stride = row_bytes;
+    return p;
+  }
   if (!quantized_reorders_columns(bits)) {
     p.data = x;
     p.stride = x_stride;
     return p;
   }
   p.buffer.resize(static_cast<size_t>(rows * k));
-  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)), [&](int64_t begin, int64_t end) {
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     quantized_prepare_x(x + begin * x_stride, x_stride, end - begin, k, bits, p.buffer.data() + begin * k);
   });
   p.data = p.buffer.data();
   p.stride = k;
   return p;
+}
+
+bool same_preparation(const QuantizedMatrix& a, const QuantizedMatrix& b) {
+  const bool integer = quantized_integer_kernels(a.bits);
+  if (integer != quantized_integer_kernels(b.bits)) return false;
+  if (integer) return a.bits == b.bits && a.group_size == b.group_size && a.k == b.k;
+  return quantized_reorders_columns(a.bits) == quantized_reorders_columns(b.bits);
 }
 
 LinearTiling quantized_linear_tiling(int64_t m, int64_t n) {
@@ -114,10 +156,9 @@ void quantized_linear(const Tensor& x, const QuantizedWeight& w, Tensor& out) {
   Shape out_shape = x.shape();
   out_shape.back() = n;
   cpu::prepare_out(out, out_shape, DType::kF32, kOp);
-  const cpu::PreparedRows xp = cpu::prepare_rows(xv.row<const float>(0), xv.stride, xv.rows, wm.k, wm.bits);
+  const cpu::PreparedRows xp = cpu::prepare_rows(xv.row<const float>(0), xv.stride, xv.rows, wm);
   cpu::QuantizedLinearArgs args;
-  args.x = xp.data;
-  args.x_stride = xp.stride;
+  xp.bind(args, 0);
   args.w = wm;
   args.out = out.data<float>();
   args.out_stride = n;

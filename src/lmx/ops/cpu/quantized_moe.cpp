@@ -19,10 +19,10 @@ struct ExpertTask {
   int64_t expert, m0, m1, n0, n1;
 };
 
-// A projection run for every expert with tokens: x rows (gathered, kernel order), weights, output rows.
+// A projection run for every expert with tokens: x rows (gathered, prepared for the stack), weights,
+// output rows.
 struct Projection {
-  const float* x;
-  int64_t x_stride;
+  const cpu::PreparedRows* x;
   cpu::QuantizedMatrix stack;
   int64_t n;  // output rows per expert
   float* out;
@@ -97,8 +97,7 @@ void quantized_moe_experts(const Tensor& x, const Tensor& experts, const Tensor&
         const Projection& p = projections[static_cast<size_t>(task.projection)];
         const int64_t row0 = start[static_cast<size_t>(task.expert)];
         cpu::QuantizedLinearArgs a;
-        a.x = p.x + row0 * p.x_stride;
-        a.x_stride = p.x_stride;
+        p.x->bind(a, row0);
         a.w = cpu::expert_matrix(p.stack, p.n, task.expert);
         a.out = p.out + row0 * p.out_stride;
         a.out_stride = p.out_stride;
@@ -110,22 +109,21 @@ void quantized_moe_experts(const Tensor& x, const Tensor& experts, const Tensor&
   // gate and up: hbuf[row, 0:I] = gate_e · gathered[row], hbuf[row, I:2I] = up_e · gathered[row].
   std::vector<float> hbuf(static_cast<size_t>(slots * 2 * inter));
   {
-    const cpu::PreparedRows gate_x = cpu::prepare_rows(gathered.data(), hidden, slots, hidden, gate.bits);
+    const cpu::PreparedRows gate_x = cpu::prepare_rows(gathered.data(), hidden, slots, gate_m);
     cpu::PreparedRows up_x;
-    const bool same_order =
-        cpu::quantized_reorders_columns(gate.bits) == cpu::quantized_reorders_columns(up.bits);
-    if (!same_order) up_x = cpu::prepare_rows(gathered.data(), hidden, slots, hidden, up.bits);
-    const cpu::PreparedRows& ux = same_order ? gate_x : up_x;
-    run({Projection{gate_x.data, gate_x.stride, gate_m, inter, hbuf.data(), 2 * inter},
-         Projection{ux.data, ux.stride, up_m, inter, hbuf.data() + inter, 2 * inter}});
+    const bool shared = cpu::same_preparation(gate_m, up_m);
+    if (!shared) up_x = cpu::prepare_rows(gathered.data(), hidden, slots, up_m);
+    const cpu::PreparedRows& ux = shared ? gate_x : up_x;
+    run({Projection{&gate_x, gate_m, inter, hbuf.data(), 2 * inter},
+         Projection{&ux, up_m, inter, hbuf.data() + inter, 2 * inter}});
   }
   // act = gelu_tanh(gate) * up, written over the gate half of each hbuf row.
   cpu::geglu_rows_inplace(hbuf.data(), slots, inter);
   // down: ybuf[row, 0:H] = down_e · act[row] (gathered is reused: same shape [slots, H]).
   float* ybuf = gathered.data();
   {
-    const cpu::PreparedRows act = cpu::prepare_rows(hbuf.data(), 2 * inter, slots, inter, down.bits);
-    run({Projection{act.data, act.stride, down_m, hidden, ybuf, hidden}});
+    const cpu::PreparedRows act = cpu::prepare_rows(hbuf.data(), 2 * inter, slots, down_m);
+    run({Projection{&act, down_m, hidden, ybuf, hidden}});
   }
   cpu::combine_expert_outputs(groups, ybuf, wt, tokens, top_k, hidden, o);
 }

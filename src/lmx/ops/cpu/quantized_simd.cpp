@@ -540,7 +540,7 @@ HWY_EXPORT(quantized_reorders_columns_impl);
 HWY_EXPORT(quantized_prepare_x_impl);
 HWY_EXPORT(quantized_dequantize_row_impl);
 
-void quantized_linear_block(const QuantizedLinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+void quantized_f32_block(const QuantizedLinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   HWY_DYNAMIC_DISPATCH(quantized_linear_block_impl)(args, m0, m1, n0, n1);
 }
 

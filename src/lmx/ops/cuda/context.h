@@ -15,7 +15,6 @@ namespace lmx::cuda {
 // Scratch slots, one per purpose, so ops never hand each other's scratch around by accident.
 enum class Scratch : int {
   kLinearInput = 0,  // x converted to bf16 for a tensor-core matmul
-  kLinearPartials,   // split-K partial sums
   kAttentionPartials,
   kMoeRouting,
   kMoeActivations,
