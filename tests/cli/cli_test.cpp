@@ -112,3 +112,37 @@ TEST(Cli, BadInputGivesClearErrors) {
 
 }  // namespace
 }  // namespace lmx
+
+namespace lmx {
+namespace {
+
+// `lmx info` names the backends and SIMD targets; --device picks a backend or fails clearly.
+TEST(Cli, InfoAndDeviceSelection) {
+  test::RunResult info = test::run_lmx("info --json");
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  auto json = nlohmann::json::parse(info.output);
+  EXPECT_EQ(json["backends"][0], "cpu");
+  EXPECT_FALSE(json["cpu"]["simd_target"].get<std::string>().empty());
+  EXPECT_TRUE(json["devices"].is_array());
+  const bool gpu = !json["devices"].empty();
+
+  const std::string generate = "generate --prompt-ids 2,105 --max-tokens 2 --json ";
+  test::RunResult cpu = test::run_lmx(generate + "--device cpu");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+  test::RunResult bad = test::run_lmx(generate + "--device tpu");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("--device tpu: expected cpu, cuda or cuda:N"), std::string::npos) << bad.output;
+  test::RunResult bad_index = test::run_lmx(generate + "--device cuda:x");
+  EXPECT_EQ(bad_index.exit_code, 1);
+  EXPECT_NE(bad_index.output.find("cuda:x"), std::string::npos) << bad_index.output;
+  if (!gpu) {  // CUDA missing from the build, or no GPU: an error naming which
+    test::RunResult cuda = test::run_lmx(generate + "--device cuda");
+    EXPECT_EQ(cuda.exit_code, 1);
+    EXPECT_TRUE(cuda.output.find("no CUDA device is visible") != std::string::npos ||
+                cuda.output.find("built without the CUDA backend") != std::string::npos)
+        << cuda.output;
+  }
+}
+
+}  // namespace
+}  // namespace lmx
