@@ -51,6 +51,7 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
     options.device = index;
     return Gemma4CudaModel::load(dir, options);
 #else
+    (void)index;
     throw Unsupported(fmt::format("--device {}: this lmx was built without the CUDA backend (configure with LMX_CUDA=ON)",
                                   device));
 #endif
