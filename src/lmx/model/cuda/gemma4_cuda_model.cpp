@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <unordered_set>
 
 namespace lmx {
@@ -86,7 +85,6 @@ class Gemma4CudaModel::CudaSequence final : public Sequence {
 
 struct Gemma4CudaModel::Workspace {
   int64_t tokens = 0, rows = 0;
-  int generation = 0;  // bumped when buffers move (captured graphs become invalid)
   DeviceBuffer x, normed, q, k, v, attn, proj, gate, up, ffn;
   DeviceBuffer routed, router_logits, expert_ids, expert_weights, expert_in, expert_out;
   DeviceBuffer ple, ple_tokens, ple_gate, last, logits, argmax;
@@ -200,12 +198,10 @@ Gemma4CudaModel::StepPlan Gemma4CudaModel::plan_step(std::span<const StepRow> ro
   if (plan.tokens > ws.tokens || plan.rows > ws.rows) {
     ctx_.synchronize();
     const int64_t t = std::max(ws.tokens, next_pow2(plan.tokens)), s = std::max(ws.rows, next_pow2(plan.rows));
-    const int generation = ws.generation + 1;
     ws_ = std::make_unique<Workspace>();
     Workspace& w = *ws_;
     w.tokens = t;
     w.rows = s;
-    w.generation = generation;
     drop_graphs();
     const int64_t hidden = config_.hidden_size;
     int64_t q_width = 0, kv_width = 0, inter = 0;
@@ -279,7 +275,7 @@ Gemma4CudaModel::StepPlan Gemma4CudaModel::plan_step(std::span<const StepRow> ro
   return plan;
 }
 
-void Gemma4CudaModel::upload_step_inputs(const StepPlan&) {
+void Gemma4CudaModel::upload_step_inputs() {
   LMX_CUDA_CHECK(cudaMemcpyAsync(ws_->inputs.data(), ws_->staging, ws_->input_bytes, cudaMemcpyHostToDevice,
                                  ctx_.stream()));
 }
@@ -471,7 +467,7 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
 }
 
 void Gemma4CudaModel::run_step(const StepPlan& plan) {
-  upload_step_inputs(plan);
+  upload_step_inputs();
   // A scratch buffer that moved since the graphs were captured invalidates them.
   if (ctx_.scratch_generation() != graphs_scratch_generation_) {
     drop_graphs();

@@ -50,7 +50,7 @@ class Gemma4CudaModel final : public LanguageModel {
   // Validates rows, grows caches and workspace, fills the pinned staging area; returns the plan.
   StepPlan plan_step(std::span<const StepRow> rows, bool all_positions);
   // Copies the staged step inputs to the device (enqueued on the stream).
-  void upload_step_inputs(const StepPlan& plan);
+  void upload_step_inputs();
   // Enqueues the whole forward of a planned step (graph-capturable: no host syncs or allocations).
   void enqueue_forward(const StepPlan& plan);
   void enqueue_attention(int layer, const StepPlan& plan);
