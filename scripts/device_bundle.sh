@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CUDA-enabled binaries here and packs them for the GPU machine as .device/bundle.tar.gz
+# Builds the CUDA-enabled binaries here and packs them for the GPU machine as .device/bundle.tar.xz
 # (ignored by git; pass ".device" in the device tool's `carry`). The GPU machine runs another OS image
 # without our Debian libraries, so the non-system shared libraries travel too; scripts/device_run.sh
 # unpacks and runs there. The bundle's build (build/device) holds sm_90 machine code only, with
@@ -30,5 +30,5 @@ for lib in $(ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u); do
   esac
 done
 rm -rf .device && mkdir -p .device
-tar -C "$stage" -czf .device/bundle.tar.gz bin lib
-ls -la .device/bundle.tar.gz
+tar -C "$stage" -cJf .device/bundle.tar.xz bin lib  # xz: the binaries share most bytes
+ls -la .device/bundle.tar.xz

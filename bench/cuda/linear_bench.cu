@@ -7,6 +7,8 @@
 // same access width as the kernels). A 2 GiB cudaMemcpy device-to-device is printed too, as (read + write)
 // bytes / time. Each timed call reads a different copy of the weight (copies totalling >= 4x the L2), so
 // weights come from HBM, as in a real forward pass.
+//
+// Usage: bench_cuda_linear [N K [bits [M]]]   (bits 4, 8 or 16 = bf16; without arguments: every case)
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -17,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -136,7 +139,17 @@ struct Case {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // Optional filter (for profiling one case): N K [bits [M]].
+  int64_t only_n = 0, only_k = 0, only_m = 0;
+  int only_bits = 0;
+  if (argc >= 3) only_n = std::atoll(argv[1]), only_k = std::atoll(argv[2]);
+  if (argc >= 4) only_bits = std::atoi(argv[3]);
+  if (argc >= 5) only_m = std::atoll(argv[4]);
+  if (argc == 2 || argc > 5 || (argc >= 3 && (only_n <= 0 || only_k <= 0))) {
+    fmt::print(stderr, "usage: bench_cuda_linear [N K [bits [M]]]\n");
+    return 2;
+  }
   if (lmx::cuda::device_count() == 0) {
     fmt::print("no CUDA device\n");
     return 0;
@@ -152,7 +165,8 @@ int main() {
              "L2 {} MiB\n\n",
              read_bw / 1e9, copy_bw / 1e9, l2 >> 20);
 
-  const Case cases[] = {{4096, 4096}, {16384, 4096}, {4096, 14336}, {14336, 4096}};
+  std::vector<Case> cases = {{4096, 4096}, {16384, 4096}, {4096, 14336}, {14336, 4096}};
+  if (only_n > 0) cases = {{only_n, only_k}};
   const int64_t ms[] = {1, 2, 4, 8, 16, 32, 64, 128, 512, 2048};
   const int group = 64;
   const int64_t max_m = 2048;
@@ -170,6 +184,7 @@ int main() {
       LMX_CUDA_CHECK(cudaMemcpy(x.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
     for (int bits : {4, 8, 16}) {
+      if (only_bits != 0 && bits != only_bits) continue;
       // Weight copies: codes, scales, biases (quantized) or bf16 data (bits 16 = dense bf16).
       const size_t code_bytes = static_cast<size_t>(c.n * c.k) * bits / 8;
       const size_t scale_bytes = bits == 16 ? 0 : static_cast<size_t>(c.n * (c.k / group)) * 2;
@@ -188,6 +203,7 @@ int main() {
       }
       LMX_CUDA_CHECK(cudaDeviceSynchronize());
       for (int64_t m : ms) {
+        if (only_m != 0 && m != only_m) continue;
         auto call = [&](int i) {
           const int copy = i % copies;
           if (bits == 16) {

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Per-kernel GPU times of an `lmx bench --device cuda` run, from Nsight Compute (ncu), for finding where
+# a decode step's time goes. Writes a synthetic 4-bit checkpoint of the preset (if absent), runs the
+# bench once plainly (its tok/s) and once under ncu collecting only each kernel's duration, then prints
+# the kernels of the last decode steps grouped by name: count, total µs per token, share.
+# Runs on the GPU machine (through scripts/device_run.sh); needs ncu on PATH and hardware counters.
+# Usage: scripts/profile_gpu.sh [--preset gemma4-e4b] [--prompt 64] [--gen 4] [--dir /dev/shm/lmx-synth]
+#                               [--csv FILE]
+set -euo pipefail
+preset=gemma4-e4b
+prompt=64
+gen=4
+dir=/dev/shm/lmx-synth
+csv=
+while (($#)); do
+  case "$1" in
+    --preset) preset="$2"; shift 2 ;;
+    --prompt) prompt="$2"; shift 2 ;;
+    --gen) gen="$2"; shift 2 ;;
+    --dir) dir="$2"; shift 2 ;;
+    --csv) csv="$2"; shift 2 ;;
+    *) echo "profile_gpu: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+lmx=$(command -v lmx || echo build/release/lmx)
+model="$dir/$preset-q4"
+mkdir -p "$dir"
+[ -f "$model/config.json" ] || "$lmx" synth --preset "$preset" --out "$model" --seed 1 --quantize 4:64 >/dev/null
+"$lmx" bench --device cuda --model "$model" --prompt-tokens "$prompt" --gen-tokens 64 --json
+csv=${csv:-$(mktemp --suffix=.csv)}
+ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$csv" \
+  "$lmx" bench --device cuda --model "$model" --prompt-tokens "$prompt" --gen-tokens "$gen" --json >/dev/null
+python3 "$(dirname "$0")/../tools/kernel_times.py" "$csv" --steps "$gen"
