@@ -2,6 +2,7 @@
 // inputs of odd and large shapes, strided and misaligned views, against its CPU twin in lmx::ops.
 // Skipped when no CUDA device is visible.
 #include "lmx/core/half.h"
+#include "lmx/ops/cuda/attention.h"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -123,6 +124,182 @@ TEST_F(CudaElementwise, RmsNormMatchesCpu) {
       }
     }
   }
+}
+
+// residual_norm against the CPU ops it fuses: x' = (x + rms_norm(a)·wa)·scale and normed = rms_norm(x')·wn,
+// with ops::rms_norm (double Σx²) and f32 add/multiply. x' within 2e-5 of the terms' magnitude, normed
+// within 2e-5 relative plus x's error carried through the norm; `a` is never written. Covers float4 and
+// scalar paths (odd dims), missing weights, scale 1 (no multiply) and no normed output.
+TEST_F(CudaElementwise, ResidualNormMatchesCpu) {
+  const float eps = 1e-6f;
+  for (int dim : {1, 7, 64, 1536, 2560, 5376})
+    for (int64_t rows : {1, 3, 130})
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool weighted = variant != 1, with_normed = variant != 2;
+        const float scale = variant == 3 ? 0.5f : 1.0f;
+        SCOPED_TRACE(::testing::Message() << "rows " << rows << " dim " << dim << " variant " << variant);
+        const size_t n = static_cast<size_t>(rows * dim);
+        const std::vector<float> x = test::random_floats(n, -2.0f, 2.0f);
+        const std::vector<float> a = test::random_floats(n, -3.0f, 3.0f);
+        const std::vector<float> wa = test::random_floats(static_cast<size_t>(dim), 0.5f, 1.5f);
+        const std::vector<float> wn = test::random_floats(static_cast<size_t>(dim), 0.5f, 1.5f);
+
+        const Tensor wat = Tensor::from_vector(wa, {dim}), wnt = Tensor::from_vector(wn, {dim});
+        Tensor na;
+        ops::rms_norm(Tensor::from_vector(a, {rows, dim}), weighted ? &wat : nullptr, eps, na);
+        std::vector<float> want_x(n);
+        for (size_t i = 0; i < n; ++i) {
+          const float sum = x[i] + na.data<float>()[i];
+          want_x[i] = scale != 1.0f ? sum * scale : sum;
+        }
+        Tensor want_n;
+        ops::rms_norm(Tensor::from_vector(want_x, {rows, dim}), weighted ? &wnt : nullptr, eps, want_n);
+
+        cuda::DeviceBuffer dx = up(x), da = up(a), dwa = up(wa), dwn = up(wn);
+        cuda::DeviceBuffer dn = up(std::vector<float>(n, sentinel()));
+        cuda::residual_norm(dx.as<float>(), da.as<float>(), weighted ? dwa.as<float>() : nullptr, scale,
+                            with_normed ? dn.as<float>() : nullptr, weighted ? dwn.as<float>() : nullptr, rows, dim,
+                            eps, stream());
+        const std::vector<float> got_x = down<float>(dx, n), got_n = down<float>(dn, n),
+                                 got_a = down<float>(da, n);
+        int bad = 0;
+        for (int64_t r = 0; r < rows && bad < 5; ++r) {
+          double ss = 0.0;
+          for (int c = 0; c < dim; ++c) ss += static_cast<double>(want_x[r * dim + c]) * want_x[r * dim + c];
+          const double inv = 1.0 / std::sqrt(ss / dim + eps);
+          for (int c = 0; c < dim && bad < 5; ++c) {
+            const size_t i = static_cast<size_t>(r * dim + c);
+            ASSERT_EQ(bits(got_a[i]), bits(a[i]));
+            const float terms = (std::fabs(x[i]) + std::fabs(na.data<float>()[i])) * scale;
+            const float x_tol = 2e-5f * terms + 1e-30f;
+            if (!(std::fabs(got_x[i] - want_x[i]) <= x_tol)) {
+              ADD_FAILURE() << "x row " << r << " col " << c << ": got " << got_x[i] << " want " << want_x[i];
+              ++bad;
+            }
+            if (!with_normed) {
+              ASSERT_EQ(bits(got_n[i]), kSentinelBits);
+              continue;
+            }
+            const float want = want_n.data<float>()[i];
+            const float w = weighted ? wn[static_cast<size_t>(c)] : 1.0f;
+            const float n_tol = 2e-5f * std::fabs(want) + static_cast<float>(x_tol * inv * w) + 1e-30f;
+            if (!(std::fabs(got_n[i] - want) <= n_tol)) {
+              ADD_FAILURE() << "normed row " << r << " col " << c << ": got " << got_n[i] << " want " << want;
+              ++bad;
+            }
+          }
+        }
+      }
+}
+
+// attention_inputs (the fused per-head norm + RoPE + cache append) against ops::rms_norm and
+// ops::apply_rope: q written back within 3e-5 of the pair's magnitude, k (norm, weight, rope) and v (norm,
+// no weight, no rope) in the caches within bf16 rounding (2^-8 relative) of the f32 reference; every other
+// cache slot and q's neighbouring k/v columns untouched. Stacked q | k | v rows (one token stride), two
+// sequences, and the k_eq_v form where v's job reads k's input.
+TEST_F(CudaElementwise, AttentionInputsMatchCpu) {
+  const float eps = 1e-6f;
+  constexpr uint16_t kEmpty = 0x7fc1;  // a NaN the kernel never writes
+  for (int head_dim : {64, 256, 512})
+    for (int64_t tokens : {1, 5})
+      for (bool k_eq_v : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " tokens " << tokens << " k_eq_v " << k_eq_v);
+        const int heads = 4, kv_heads = 2, capacity = 8;
+        const int64_t qw = int64_t{heads} * head_dim, kvw = int64_t{kv_heads} * head_dim;
+        const int64_t stride = qw + 2 * kvw;
+        const std::vector<float> x = test::random_floats(static_cast<size_t>(tokens * stride), -3.0f, 3.0f);
+        const std::vector<float> q_w = test::random_floats(static_cast<size_t>(head_dim), 0.5f, 1.5f);
+        const std::vector<float> k_w = test::random_floats(static_cast<size_t>(head_dim), 0.5f, 1.5f);
+        const std::vector<float> inv_freq = ops::rope_inv_freq(head_dim, 10000.0, head_dim / 4);
+        std::vector<int32_t> pos(static_cast<size_t>(tokens)), seq(static_cast<size_t>(tokens));
+        for (int64_t t = 0; t < tokens; ++t) {
+          seq[static_cast<size_t>(t)] = static_cast<int32_t>(t % 2);
+          pos[static_cast<size_t>(t)] = static_cast<int32_t>(t / 2 + 3 * (t % 2));
+        }
+
+        // CPU reference: each head group as [tokens, heads, head_dim].
+        auto heads_of = [&](int64_t offset, int n) {
+          std::vector<float> out(static_cast<size_t>(tokens * n * head_dim));
+          for (int64_t t = 0; t < tokens; ++t)
+            std::copy_n(x.begin() + t * stride + offset, n * head_dim, out.begin() + t * n * head_dim);
+          return out;
+        };
+        auto norm = [&](const std::vector<float>& v, int n, const std::vector<float>* w) {
+          Tensor out;
+          const Tensor wt = w ? Tensor::from_vector(*w, {head_dim}) : Tensor();
+          ops::rms_norm(Tensor::from_vector(v, {tokens * n, head_dim}), w ? &wt : nullptr, eps, out);
+          return out.reshape({tokens, n, head_dim});
+        };
+        Tensor want_q = norm(heads_of(0, heads), heads, &q_w);
+        ops::apply_rope(want_q, pos, inv_freq);
+        Tensor want_k = norm(heads_of(qw, kv_heads), kv_heads, &k_w);
+        ops::apply_rope(want_k, pos, inv_freq);
+        const Tensor want_v = norm(heads_of(k_eq_v ? qw : qw + kvw, kv_heads), kv_heads, nullptr);
+
+        cuda::DeviceBuffer dx = up(x), dqw = up(q_w), dkw = up(k_w), dfreq = up(inv_freq), dpos = up(pos),
+                           dseq = up(seq);
+        const std::vector<uint16_t> empty(static_cast<size_t>(capacity * kvw), kEmpty);
+        std::vector<cuda::DeviceBuffer> caches;
+        for (int i = 0; i < 4; ++i) caches.push_back(up(empty));  // k seq 0, k seq 1, v seq 0, v seq 1
+        const std::vector<uint16_t*> k_ptrs = {caches[0].as<uint16_t>(), caches[1].as<uint16_t>()};
+        const std::vector<uint16_t*> v_ptrs = {caches[2].as<uint16_t>(), caches[3].as<uint16_t>()};
+        cuda::DeviceBuffer dk_table = up(k_ptrs), dv_table = up(v_ptrs);
+        float* base = dx.as<float>();
+        const cuda::HeadNormJob jobs[3] = {
+            {base, stride, heads, dqw.as<float>(), true, nullptr},
+            {base + qw, stride, kv_heads, dkw.as<float>(), true, dk_table.as<uint16_t*>()},
+            {base + (k_eq_v ? qw : qw + kvw), stride, kv_heads, nullptr, false, dv_table.as<uint16_t*>()}};
+        cuda::attention_inputs(jobs, 3, tokens, head_dim, eps, dpos.as<int32_t>(), dseq.as<int32_t>(),
+                               dfreq.as<float>(), stream());
+        const std::vector<float> got = down<float>(dx, x.size());
+        std::vector<std::vector<uint16_t>> got_cache;
+        for (auto& c : caches) got_cache.push_back(down<uint16_t>(c, empty.size()));
+
+        int bad = 0;
+        const int half = head_dim / 2;
+        for (int64_t t = 0; t < tokens && bad < 5; ++t) {
+          for (int h = 0; h < heads; ++h)
+            for (int i = 0; i < half && bad < 5; ++i) {
+              const float wa = want_q.data<float>()[(t * heads + h) * head_dim + i];
+              const float wb = want_q.data<float>()[(t * heads + h) * head_dim + i + half];
+              const float ga = got[static_cast<size_t>(t * stride + h * head_dim + i)];
+              const float gb = got[static_cast<size_t>(t * stride + h * head_dim + i + half)];
+              const float tol = 3e-5f * (std::fabs(wa) + std::fabs(wb)) + 1e-30f;
+              if (!(std::fabs(ga - wa) <= tol && std::fabs(gb - wb) <= tol)) {
+                ADD_FAILURE() << "q token " << t << " head " << h << " pair " << i << ": got (" << ga << ", " << gb
+                              << ") want (" << wa << ", " << wb << ")";
+                ++bad;
+              }
+            }
+          for (int64_t e = qw; e < stride; ++e)  // k and v inputs are read, never written
+            ASSERT_EQ(bits(got[static_cast<size_t>(t * stride + e)]), bits(x[static_cast<size_t>(t * stride + e)]));
+          const int s = seq[static_cast<size_t>(t)];
+          for (int which = 0; which < 2; ++which) {
+            const Tensor& want = which == 0 ? want_k : want_v;
+            const std::vector<uint16_t>& cache = got_cache[static_cast<size_t>(2 * which + s)];
+            for (int64_t e = 0; e < kvw && bad < 5; ++e) {
+              const float w = want.data<float>()[t * kvw + e];
+              const float g = bf16_to_f32(cache[static_cast<size_t>(pos[static_cast<size_t>(t)] * kvw + e)]);
+              if (!(std::fabs(g - w) <= std::ldexp(std::fabs(w), -8) + 1e-30f)) {
+                ADD_FAILURE() << (which ? "v" : "k") << " token " << t << " elem " << e << ": got " << g << " want "
+                              << w;
+                ++bad;
+              }
+            }
+          }
+        }
+        // Slots no token wrote stay empty.
+        for (int c = 0; c < 4; ++c)
+          for (int slot = 0; slot < capacity; ++slot) {
+            bool written = false;
+            for (int64_t t = 0; t < tokens; ++t)
+              written |= seq[static_cast<size_t>(t)] == c % 2 && pos[static_cast<size_t>(t)] == slot;
+            if (!written)
+              for (int64_t e = 0; e < kvw; ++e)
+                ASSERT_EQ(got_cache[static_cast<size_t>(c)][static_cast<size_t>(slot * kvw + e)], kEmpty)
+                    << "cache " << c << " slot " << slot;
+          }
+      }
 }
 
 // RoPE against ops::apply_rope on [T, H, D] head views inside wider token rows (fused-QKV layout):

@@ -308,8 +308,11 @@ TEST_F(CudaLinear, QuantizedBatchInvariance) {
     int bits, group;
     int64_t n, k;
   };
+  // 4-bit cases cover the batch-1 kernel (q4_gemv_kernel): ragged K (its tail chunk), N not a multiple of
+  // its 32 rows, and a K whose staged x exceeds its 48 KiB (the generic kernel runs batch 1 instead).
   for (const Case& c : {Case{4, 64, 300, 4096}, Case{8, 32, 70, ragged_k(32)}, Case{3, 128, 130, 1152},
-                        Case{4, 32, 1000, 2560}, Case{6, 64, 17, 448}}) {
+                        Case{4, 32, 1000, 2560}, Case{6, 64, 17, 448}, Case{4, 64, 77, ragged_k(64)},
+                        Case{4, 128, 40, 65536}}) {
     const ops::QuantizedWeight w = random_weight(c.n, c.k, c.bits, c.group, DType::kBF16, true);
     const DeviceQuantizedWeight dw = upload(w);
     check_batch_invariance(

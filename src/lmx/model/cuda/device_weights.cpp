@@ -3,6 +3,10 @@
 
 #include "lmx/core/error.h"
 
+#include <cstring>
+#include <initializer_list>
+#include <vector>
+
 namespace lmx {
 
 namespace {
@@ -40,6 +44,65 @@ DeviceWeight upload_weight(const Weight& w) {
   return d;
 }
 
+// 2-D projections with the same input width and storage (same dtype, or same bits, group size and
+// scale dtype) as one [Σ rows, cols] weight, in the given order; undefined when any is absent or they
+// differ. Each output row is computed from its own weight row, so the stacked projection gives the same
+// values as the separate ones (up to the reduction split, which is chosen per shape).
+DeviceWeight upload_stacked(std::initializer_list<const Weight*> parts) {
+  DeviceWeight d;
+  const Weight& first = **parts.begin();
+  for (const Weight* w : parts) {
+    if (!w->defined() || w->is_quantized() != first.is_quantized()) return d;
+    if (w->is_quantized()) {
+      const ops::QuantizedWeight &q = w->quantized, &q0 = first.quantized;
+      if (q.codes.ndim() != 2 || q.bits != q0.bits || q.group_size != q0.group_size || q.cols() != q0.cols() ||
+          q.scales.dtype() != q0.scales.dtype())
+        return d;
+    } else if (w->dense.ndim() != 2 || w->dense.dtype() != first.dense.dtype() ||
+               w->dense.dim(1) != first.dense.dim(1) ||
+               (first.dense.dtype() != DType::kF32 && first.dense.dtype() != DType::kBF16)) {
+      return d;
+    }
+  }
+  auto upload_concatenated = [&](auto tensor_of) {
+    size_t bytes = 0;
+    for (const Weight* w : parts) bytes += tensor_of(*w).nbytes();
+    std::vector<unsigned char> host(bytes);
+    size_t at = 0;
+    for (const Weight* w : parts) {
+      const Tensor t = tensor_of(*w).contiguous();
+      std::memcpy(host.data() + at, t.raw_data(), t.nbytes());
+      at += t.nbytes();
+    }
+    return cuda::DeviceBuffer::upload(host.data(), host.size());
+  };
+  int64_t rows = 0;
+  for (const Weight* w : parts) rows += w->is_quantized() ? w->quantized.rows() : w->dense.dim(0);
+  d.defined = true;
+  if (first.is_quantized()) {
+    const ops::QuantizedWeight& q0 = first.quantized;
+    d.quantized = true;
+    d.data = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.codes; });
+    d.scales = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.scales; });
+    d.biases = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.biases; });
+    d.packed.codes = d.data.as<const uint32_t>();
+    d.packed.scales = d.scales.data();
+    d.packed.biases = d.biases.data();
+    d.packed.scale_dtype = q0.scales.dtype();
+    d.packed.bits = q0.bits;
+    d.packed.group_size = q0.group_size;
+    d.packed.rows = rows;
+    d.packed.cols = q0.cols();
+  } else {
+    d.data = upload_concatenated([](const Weight& w) -> const Tensor& { return w.dense; });
+    d.dense.data = d.data.data();
+    d.dense.dtype = first.dense.dtype();
+    d.dense.rows = rows;
+    d.dense.cols = first.dense.dim(1);
+  }
+  return d;
+}
+
 DeviceVector upload_vector(const Tensor& t) {
   DeviceVector v;
   if (!t.defined()) return v;
@@ -66,14 +129,22 @@ DeviceWeights DeviceWeights::upload(const Gemma4Weights& w) {
     o.post_attention_layernorm = upload_vector(l.post_attention_layernorm);
     o.pre_feedforward_layernorm = upload_vector(l.pre_feedforward_layernorm);
     o.post_feedforward_layernorm = upload_vector(l.post_feedforward_layernorm);
-    o.q_proj = upload_weight(l.q_proj);
-    o.k_proj = upload_weight(l.k_proj);
-    o.v_proj = upload_weight(l.v_proj);
+    if (l.k_proj.defined())
+      o.qkv_proj = l.v_proj.defined() ? upload_stacked({&l.q_proj, &l.k_proj, &l.v_proj})
+                                      : upload_stacked({&l.q_proj, &l.k_proj});
+    if (!o.qkv_proj.defined) {
+      o.q_proj = upload_weight(l.q_proj);
+      o.k_proj = upload_weight(l.k_proj);
+      o.v_proj = upload_weight(l.v_proj);
+    }
     o.o_proj = upload_weight(l.o_proj);
     o.q_norm = upload_vector(l.q_norm);
     o.k_norm = upload_vector(l.k_norm);
-    o.gate_proj = upload_weight(l.gate_proj);
-    o.up_proj = upload_weight(l.up_proj);
+    o.gate_up_proj = upload_stacked({&l.gate_proj, &l.up_proj});
+    if (!o.gate_up_proj.defined) {
+      o.gate_proj = upload_weight(l.gate_proj);
+      o.up_proj = upload_weight(l.up_proj);
+    }
     o.down_proj = upload_weight(l.down_proj);
     o.router_proj = upload_weight(l.router_proj);
     o.router_scale = upload_vector(l.router_scale);
@@ -98,7 +169,7 @@ size_t DeviceWeights::bytes() const {
                  weight_bytes(per_layer_model_projection) + per_layer_projection_norm.buffer.bytes() +
                  norm.buffer.bytes();
   for (const auto& l : layers) {
-    for (const DeviceWeight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
+    for (const DeviceWeight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.qkv_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.gate_up_proj, &l.down_proj,
                                   &l.router_proj, &l.experts_gate_up, &l.experts_gate, &l.experts_up, &l.experts_down,
                                   &l.per_layer_input_gate, &l.per_layer_projection})
       total += weight_bytes(*w);

@@ -1,5 +1,6 @@
 // Gemma 4 weights uploaded to the GPU once: projections as stored (bf16/f32 dense, or MLX packed
-// codes with their scales and biases), small vectors (norm weights, router scales) as f32.
+// codes with their scales and biases; q/k/v and the MLP's gate/up stacked into one matrix each when
+// stored alike), small vectors (norm weights, router scales) as f32.
 #pragma once
 
 #include "lmx/model/gemma4_weights.h"
@@ -29,9 +30,11 @@ struct DeviceVector {
 
 struct DeviceLayerWeights {
   DeviceVector input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm;
-  DeviceWeight q_proj, k_proj, v_proj, o_proj;
+  // q, k (and v) as one stacked projection (qkv_proj, rows q | k | v) when stored alike; otherwise apart.
+  DeviceWeight q_proj, k_proj, v_proj, qkv_proj, o_proj;
   DeviceVector q_norm, k_norm;
-  DeviceWeight gate_proj, up_proj, down_proj;
+  // gate and up as one stacked [2I, H] projection (gate_up_proj) when stored alike; otherwise the two.
+  DeviceWeight gate_proj, up_proj, gate_up_proj, down_proj;
   DeviceWeight router_proj;
   DeviceVector router_scale, router_per_expert_scale;
   DeviceWeight experts_gate_up, experts_gate, experts_up, experts_down;

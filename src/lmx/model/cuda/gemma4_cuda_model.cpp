@@ -213,12 +213,12 @@ Gemma4CudaModel::StepPlan Gemma4CudaModel::plan_step(std::span<const StepRow> ro
     auto f32 = [](int64_t n) { return DeviceBuffer(static_cast<size_t>(std::max<int64_t>(n, 1)) * 4); };
     w.x = f32(t * hidden);
     w.normed = f32(t * hidden);
-    w.q = f32(t * q_width);
+    w.q = f32(t * (q_width + 2 * kv_width));  // q, or the stacked q | k | v projection
     w.k = f32(t * kv_width);
     w.v = f32(t * kv_width);
     w.attn = f32(t * q_width);
     w.proj = f32(t * hidden);
-    w.gate = f32(t * inter);
+    w.gate = f32(t * inter * 2);  // stacked gate | up output (gate_up_proj)
     w.up = f32(t * inter);
     w.ffn = f32(t * hidden);
     if (config_.num_experts > 0) {
@@ -328,28 +328,43 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   const float eps = config_.rms_norm_eps;
   const float* inv_freq = inv_freq_[static_cast<size_t>(layer)].as<const float>();
 
+  // Projections: one stacked q | k (| v) matrix when the weights allowed it (w.q then holds rows of
+  // qkv_proj.rows() floats), else one per output.
+  const bool own_kv = spec.kv_donor < 0;
   float* q = w.q.as<float>();
-  linear(lw.q_proj, w.normed.as<float>(), config_.hidden_size, t, q, q_width);
-  cuda::rms_norm(q, dim, q, dim, t * heads, dim, lw.q_norm.get(), eps, s);
-  cuda::rope(q, q_width, t, heads, dim, w.positions(), inv_freq, s);
-
-  if (spec.kv_donor < 0) {
-    float* k = w.k.as<float>();
-    float* v = w.v.as<float>();
-    linear(lw.k_proj, w.normed.as<float>(), config_.hidden_size, t, k, kv_width);
-    if (spec.k_eq_v)
-      cuda::copy_rows(k, kv_width, v, kv_width, t, kv_width, s);
-    else
-      linear(lw.v_proj, w.normed.as<float>(), config_.hidden_size, t, v, kv_width);
-    cuda::rms_norm(k, dim, k, dim, t * kv_heads, dim, lw.k_norm.get(), eps, s);
-    cuda::rms_norm(v, dim, v, dim, t * kv_heads, dim, nullptr, eps, s);
-    cuda::rope(k, kv_width, t, kv_heads, dim, w.positions(), inv_freq, s);
-    cuda::kv_append(k, kv_width, v, kv_width, t, kv_heads, dim, w.positions(), w.q_seq(), w.k_table(spec.cache_index),
-                    w.v_table(spec.cache_index, config_.num_cache_layers), s);
+  float *k = nullptr, *v = nullptr;
+  int64_t q_stride = q_width, kv_stride = kv_width;
+  if (lw.qkv_proj.defined) {
+    const int64_t width = lw.qkv_proj.rows();
+    linear(lw.qkv_proj, w.normed.as<float>(), config_.hidden_size, t, q, width);
+    q_stride = kv_stride = width;
+    k = q + q_width;
+    v = spec.k_eq_v ? k : k + kv_width;
+  } else {
+    linear(lw.q_proj, w.normed.as<float>(), config_.hidden_size, t, q, q_width);
+    if (own_kv) {
+      k = w.k.as<float>();
+      linear(lw.k_proj, w.normed.as<float>(), config_.hidden_size, t, k, kv_width);
+      v = k;  // k_eq_v: values are the keys before their norm
+      if (!spec.k_eq_v) {
+        v = w.v.as<float>();
+        linear(lw.v_proj, w.normed.as<float>(), config_.hidden_size, t, v, kv_width);
+      }
+    }
   }
+  // Per-head norms, RoPE and the cache append in one kernel: q in place, k and v into the caches.
+  cuda::HeadNormJob jobs[3];
+  jobs[0] = {q, q_stride, heads, lw.q_norm.get(), true, nullptr};
+  int job_count = 1;
+  if (own_kv) {
+    jobs[job_count++] = {k, kv_stride, kv_heads, lw.k_norm.get(), true, w.k_table(spec.cache_index)};
+    jobs[job_count++] = {v, kv_stride, kv_heads, nullptr, false,
+                         w.v_table(spec.cache_index, config_.num_cache_layers)};
+  }
+  cuda::attention_inputs(jobs, job_count, t, dim, eps, w.positions(), w.q_seq(), inv_freq, s);
   cuda::AttentionBatch batch;
   batch.q = q;
-  batch.q_stride = q_width;
+  batch.q_stride = q_stride;
   batch.out = w.attn.as<float>();
   batch.tokens = t;
   batch.heads = heads;
@@ -379,10 +394,18 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
   float* x = w.x.as<float>();
   float* ffn = w.ffn.as<float>();
 
-  linear(lw.gate_proj, w.normed.as<float>(), hidden, t, w.gate.as<float>(), inter);
-  linear(lw.up_proj, w.normed.as<float>(), hidden, t, w.up.as<float>(), inter);
-  cuda::gelu_tanh_mul(w.gate.as<float>(), inter, w.up.as<float>(), inter, w.gate.as<float>(), inter, t, inter, s);
-  linear(lw.down_proj, w.gate.as<float>(), inter, t, ffn, hidden);
+  float* gate = w.gate.as<float>();
+  if (lw.gate_up_proj.defined) {
+    // One stacked projection: row r of `gate` holds gate(x) then up(x); the product goes over the gate half.
+    linear(lw.gate_up_proj, w.normed.as<float>(), hidden, t, gate, 2 * inter);
+    cuda::gelu_tanh_mul(gate, 2 * inter, gate + inter, 2 * inter, gate, 2 * inter, t, inter, s);
+    linear(lw.down_proj, gate, 2 * inter, t, ffn, hidden);
+  } else {
+    linear(lw.gate_proj, w.normed.as<float>(), hidden, t, gate, inter);
+    linear(lw.up_proj, w.normed.as<float>(), hidden, t, w.up.as<float>(), inter);
+    cuda::gelu_tanh_mul(gate, inter, w.up.as<float>(), inter, gate, inter, t, inter, s);
+    linear(lw.down_proj, gate, inter, t, ffn, hidden);
+  }
   if (spec.moe) {
     cuda::rms_norm(ffn, hidden, ffn, hidden, t, static_cast<int>(hidden), lw.post_feedforward_layernorm_1.get(), eps, s);
     // The router reads the residual stream itself.
@@ -408,8 +431,6 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
                    lw.post_feedforward_layernorm_2.get(), eps, s);
     cuda::add(ffn, expert_out, t * hidden, s);
   }
-  cuda::rms_norm(ffn, hidden, ffn, hidden, t, static_cast<int>(hidden), lw.post_feedforward_layernorm.get(), eps, s);
-  cuda::add(x, ffn, t * hidden, s);
 }
 
 void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
@@ -423,17 +444,27 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
   const int64_t ple_width = config_.hidden_size_per_layer_input;
   if (ple_width > 0) enqueue_per_layer_inputs(plan);
 
-  for (int i = 0; i < config_.num_hidden_layers; ++i) {
-    const DeviceLayerWeights& lw = weights_.layers[static_cast<size_t>(i)];
-    cuda::rms_norm(x, hidden, normed, hidden, t, static_cast<int>(hidden), lw.input_layernorm.get(), eps, s);
-    enqueue_attention(i, plan);
-    float* attn_out = w.proj.as<float>();
-    cuda::rms_norm(attn_out, hidden, attn_out, hidden, t, static_cast<int>(hidden), lw.post_attention_layernorm.get(),
+  // Residual steps are fused (cuda::residual_norm): x += norm(sub-layer output) · w, times the layer
+  // scalar at the layer's end, and the norm of x that the next sub-layer reads, in one kernel.
+  const int layers = config_.num_hidden_layers;
+  if (layers > 0)
+    cuda::rms_norm(x, hidden, normed, hidden, t, static_cast<int>(hidden), weights_.layers[0].input_layernorm.get(),
                    eps, s);
-    cuda::add(x, attn_out, t * hidden, s);
-    cuda::rms_norm(x, hidden, normed, hidden, t, static_cast<int>(hidden), lw.pre_feedforward_layernorm.get(), eps, s);
+  for (int i = 0; i < layers; ++i) {
+    const DeviceLayerWeights& lw = weights_.layers[static_cast<size_t>(i)];
+    // The next layer's input norm, fused into this layer's last residual step (none after the last).
+    const float* next_norm = i + 1 < layers ? weights_.layers[static_cast<size_t>(i) + 1].input_layernorm.get() : nullptr;
+    float* next_normed = i + 1 < layers ? normed : nullptr;
+    enqueue_attention(i, plan);
+    cuda::residual_norm(x, w.proj.as<float>(), lw.post_attention_layernorm.get(), 1.0f, normed,
+                        lw.pre_feedforward_layernorm.get(), t, static_cast<int>(hidden), eps, s);
     enqueue_ffn(i, plan);
-    if (ple_width > 0) {
+    if (ple_width == 0) {
+      cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), lw.layer_scalar, next_normed,
+                          next_norm, t, static_cast<int>(hidden), eps, s);
+    } else {
+      cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), 1.0f, nullptr, nullptr, t,
+                          static_cast<int>(hidden), eps, s);
       float* gate = w.ple_gate.as<float>();
       linear(lw.per_layer_input_gate, x, hidden, t, gate, ple_width);
       const int64_t ple_stride = static_cast<int64_t>(config_.num_hidden_layers) * ple_width;
@@ -441,11 +472,9 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
                           s);
       float* projected = w.proj.as<float>();
       linear(lw.per_layer_projection, gate, ple_width, t, projected, hidden);
-      cuda::rms_norm(projected, hidden, projected, hidden, t, static_cast<int>(hidden),
-                     lw.post_per_layer_input_norm.get(), eps, s);
-      cuda::add(x, projected, t * hidden, s);
+      cuda::residual_norm(x, projected, lw.post_per_layer_input_norm.get(), lw.layer_scalar, next_normed, next_norm,
+                          t, static_cast<int>(hidden), eps, s);
     }
-    if (lw.layer_scalar != 1.0f) cuda::scale(x, t * hidden, lw.layer_scalar, s);
   }
 
   // Output head over the requested positions.

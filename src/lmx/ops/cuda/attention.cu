@@ -11,6 +11,7 @@
 // range exit without writing: the combine kernel derives each token's chunk range from the same
 // device-side q_pos / kv_len, so a CUDA graph captured with max_kv_len = capacity replays correctly.
 #include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
 
@@ -96,6 +97,8 @@ template <bool kVec4>
 __global__ void kv_append_kernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
                                  int row_elems, const int32_t* q_pos, const int32_t* q_seq, uint16_t* const* k_store,
                                  uint16_t* const* v_store) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   constexpr int kW = kVec4 ? 4 : 1;
   const int per_token = row_elems / kW;
   const int64_t total = tokens * per_token;
@@ -208,11 +211,11 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
   const int64_t work = tokens * (vec4 ? row_elems / 4 : row_elems);
   const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, 8192));
   if (vec4) {
-    kv_append_kernel<true><<<grid, kThreads, 0, stream>>>(k, k_stride, v, v_stride, tokens, row_elems, q_pos, q_seq,
-                                                         k_store, v_store);
+    launch(kv_append_kernel<true>, grid, kThreads, 0, stream, k, k_stride, v, v_stride, tokens, row_elems, q_pos,
+        q_seq, k_store, v_store);
   } else {
-    kv_append_kernel<false><<<grid, kThreads, 0, stream>>>(k, k_stride, v, v_stride, tokens, row_elems, q_pos, q_seq,
-                                                          k_store, v_store);
+    launch(kv_append_kernel<false>, grid, kThreads, 0, stream, k, k_stride, v, v_stride, tokens, row_elems, q_pos,
+        q_seq, k_store, v_store);
   }
   LMX_CUDA_CHECK_LAUNCH();
 }

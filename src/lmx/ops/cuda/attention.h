@@ -44,4 +44,26 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
                int head_dim, const int32_t* q_pos, const int32_t* q_seq, uint16_t* const* k_store,
                uint16_t* const* v_store, cudaStream_t stream);
 
+// One group of heads for attention_inputs: head h of token t is the head_dim floats at
+// x + t * token_stride + h * head_dim.
+struct HeadNormJob {
+  float* x = nullptr;
+  int64_t token_stride = 0;
+  int heads = 0;
+  const float* weight = nullptr;      // RMSNorm weight [head_dim] f32, or nullptr (no weight)
+  bool rope = false;                  // rotate after the norm (rope's contract, positions / inv_freq)
+  uint16_t* const* store = nullptr;   // [S] bf16 caches [capacity, heads, head_dim] (kv_append's layout):
+                                      // the result goes to slot positions[t] of store[q_seq[t]];
+                                      // nullptr: the result overwrites x
+};
+constexpr int kMaxHeadNormJobs = 3;
+
+// The per-head work between the q/k/v projections and attention, fused: for every token and every head of
+// each job, x ← rms_norm(x)·weight (Σx² in f32), then rope when asked, then either written back in place
+// or appended to the job's cache in bf16. Rounds like rms_norm, rope and kv_append run in that order.
+// A job that writes back must not overlap another job's x (jobs may share x when none writes it back).
+// head_dim even, ≤ 512; at most kMaxHeadNormJobs jobs.
+void attention_inputs(const HeadNormJob* jobs, int job_count, int64_t tokens, int head_dim, float eps,
+                      const int32_t* positions, const int32_t* q_seq, const float* inv_freq, cudaStream_t stream);
+
 }  // namespace lmx::cuda

@@ -2,6 +2,7 @@
 // group, 256-key chunk of the token's visible range), then a combine kernel that folds the chunk
 // states in key order. Numerics: attention_kernels.cuh.
 #include "lmx/ops/cuda/attention_kernels.cuh"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
 
 namespace lmx::cuda::attn {
@@ -15,6 +16,8 @@ constexpr int decode_nw(int dim_tier) { return dim_tier <= 128 ? 1 : dim_tier / 
 // the grid can be sized from a capacity bound and replayed in a CUDA graph as kv_len grows.
 template <int DT, int NW = decode_nw(DT)>
 __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Params p) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   using L = Layout<DT, NW, 1>;
   using D = Dims<DT, NW>;
   extern __shared__ __align__(16) char smem[];
@@ -89,6 +92,8 @@ constexpr int kCombineThreads = 128;
 // The running maxima (an exact prefix max) and the merge coefficients come first; each output
 // element then runs its own chain x = fma(x, a_k, x_k * b_k), as the prefill kernel does in registers.
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(Params p) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   extern __shared__ float coef[];  // [4][n_slots]: m_k, a_k, b_k, l_k
   const int t = static_cast<int>(blockIdx.x) / p.heads, h = static_cast<int>(blockIdx.x) % p.heads;
   float* out = p.out + (static_cast<int64_t>(t) * p.heads + h) * p.head_dim;
@@ -151,8 +156,7 @@ void launch_decode_dt(const Params& p, cudaStream_t stream) {
   using L = Layout<DT, decode_nw(DT), 1>;
   ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT>), L::kBytes);
   const dim3 grid(static_cast<unsigned>(p.tokens * p.kv_heads * p.head_blocks), static_cast<unsigned>(p.n_slots));
-  decode_kernel<DT><<<grid, L::kThreads, L::kBytes, stream>>>(p);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(decode_kernel<DT>, grid, L::kThreads, L::kBytes, stream, p);
 }
 
 }  // namespace
@@ -166,8 +170,7 @@ void launch_decode(const Params& p, int dim_tier, cudaStream_t stream) {
     default: launch_decode_dt<512>(p, stream); break;
   }
   const size_t smem = sizeof(float) * 4 * static_cast<size_t>(p.n_slots);
-  combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), kCombineThreads, smem, stream>>>(p);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(combine_kernel, static_cast<unsigned>(p.tokens * p.heads), kCombineThreads, smem, stream, p);
 }
 
 }  // namespace lmx::cuda::attn

@@ -4,6 +4,7 @@
 // expensive (latest) tiles first, and walks each item's keys in 64-key tiles, folding 256-key chunk
 // states in registers. Numerics: attention_kernels.cuh (identical to the split-KV path).
 #include "lmx/ops/cuda/attention_kernels.cuh"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
 
 #include <algorithm>
@@ -18,6 +19,8 @@ constexpr int kListThreads = 1024;
 // `tokens` sentinel. Token t starts a tile iff t == 0, t % tpt == 0 or q_seq[t] != q_seq[t - 1].
 __global__ void __launch_bounds__(kListThreads) tile_list_kernel(const int32_t* q_seq, int tokens, int tpt,
                                                                  int* work) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   __shared__ int warp_sums[32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int per = (tokens + kListThreads - 1) / kListThreads;
@@ -96,6 +99,8 @@ struct PrefillCfg {
 
 template <int DT, int NW, int RG, int MINB>
 __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_kernel(Params p) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   using L = Layout<DT, NW, RG>;
   using D = Dims<DT, NW>;
   extern __shared__ __align__(16) char smem[];
@@ -200,15 +205,13 @@ void launch_prefill_dt(const Params& p, cudaStream_t stream) {
   ensure_smem(kernel, L::kBytes);
   const int64_t max_items = static_cast<int64_t>(p.tokens) * p.kv_heads * p.head_blocks;
   const int grid = static_cast<int>(std::min<int64_t>(resident_blocks(kernel, L::kThreads, L::kBytes), max_items));
-  prefill_kernel<DT, C::kNW, C::kRG, C::kMinBlocks><<<grid, L::kThreads, L::kBytes, stream>>>(p);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(prefill_kernel<DT, C::kNW, C::kRG, C::kMinBlocks>, grid, L::kThreads, L::kBytes, stream, p);
 }
 
 }  // namespace
 
 void launch_prefill(const Params& p, int dim_tier, cudaStream_t stream) {
-  tile_list_kernel<<<1, kListThreads, 0, stream>>>(p.q_seq, p.tokens, p.tokens_per_item, p.work);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(tile_list_kernel, 1, kListThreads, 0, stream, p.q_seq, p.tokens, p.tokens_per_item, p.work);
   switch (dim_tier) {
     case 32: launch_prefill_dt<32>(p, stream); break;
     case 64: launch_prefill_dt<64>(p, stream); break;

@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <cstring>
+
 namespace lmx::cuda {
 
 CudaContext::CudaContext(int device) : device_(device) {
@@ -40,6 +43,14 @@ bool CudaContext::capturing() const {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   LMX_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
   return status != cudaStreamCaptureStatusNone;
+}
+
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("LMX_CUDA_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
 }
 
 }  // namespace lmx::cuda

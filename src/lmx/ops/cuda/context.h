@@ -52,4 +52,8 @@ class CudaContext {
   int scratch_generation_ = 0;
 };
 
+// Whether kernels are launched as programmatic dependent launches (launch.cuh): read once from the
+// environment variable LMX_CUDA_PDL ("0" turns it off); on by default.
+bool pdl_enabled();
+
 }  // namespace lmx::cuda

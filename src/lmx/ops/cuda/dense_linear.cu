@@ -4,6 +4,7 @@
 // large-tile algorithm would leave decode far from bandwidth). f32 weights, and bf16 weights that do not
 // fit the 16-byte layout, use an exact f32 CUDA-core kernel: one fmaf chain per output, k ascending.
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
@@ -20,6 +21,8 @@ __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162floa
 template <class W>
 __global__ void __launch_bounds__(256) dense_f32_kernel(const float* x, int64_t x_stride, int64_t m, const W* w,
                                                         int64_t n, int64_t k, float* out, int64_t out_stride) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   constexpr int kRows = 64, kTokens = 32, kDepth = 32;
   __shared__ float ws[kDepth][kRows + 1];
   __shared__ float xs[kDepth][kTokens + 1];
@@ -92,12 +95,11 @@ void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense
   }
   const dim3 grid(static_cast<unsigned>((m + 31) / 32), static_cast<unsigned>((w.rows + 63) / 64));
   if (w.dtype == DType::kF32)
-    dense_f32_kernel<float><<<grid, 256, 0, stream>>>(x, x_stride, m, static_cast<const float*>(w.data), w.rows,
-                                                      w.cols, out, out_stride);
+    launch(dense_f32_kernel<float>, grid, 256, 0, stream, x, x_stride, m, static_cast<const float*>(w.data), w.rows,
+        w.cols, out, out_stride);
   else
-    dense_f32_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(
-        x, x_stride, m, static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols, out, out_stride);
-  LMX_CUDA_CHECK_LAUNCH();
+    launch(dense_f32_kernel<__nv_bfloat16>, grid, 256, 0, stream, x, x_stride, m,
+        static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols, out, out_stride);
 }
 
 }  // namespace lmx::cuda

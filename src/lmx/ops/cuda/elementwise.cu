@@ -4,6 +4,7 @@
 // contracts a multiply-add into an FMA: each op rounds exactly like its CPU twin (built with
 // -ffp-contract=off), leaving only tanhf's ulp-level difference from glibc.
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 
@@ -58,6 +59,8 @@ __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(
 // x[i] = op(x[i]) for i < n. kVec4: x is 16-byte aligned; n/4 float4s, then the n%4 tail.
 template <bool kVec4, typename Op>
 __global__ void map_kernel(float* x, int64_t n, Op op) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   const int64_t stride = grid_threads();
   int64_t start = 0;
   if constexpr (kVec4) {
@@ -72,6 +75,8 @@ __global__ void map_kernel(float* x, int64_t n, Op op) {
 // out[i] = op(out[i], a[i]) for i < n (a may alias out). kVec4: both 16-byte aligned.
 template <bool kVec4, typename Op>
 __global__ void zip_kernel(float* out, const float* a, int64_t n, Op op) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   const int64_t stride = grid_threads();
   int64_t start = 0;
   if constexpr (kVec4) {
@@ -88,6 +93,8 @@ __global__ void zip_kernel(float* out, const float* a, int64_t n, Op op) {
 // float4s, both pointers aligned).
 template <typename V>
 __global__ void mul_rows_kernel(V* x, const V* y, int64_t n, int64_t cols) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     if constexpr (sizeof(V) == sizeof(float))
       x[i] = __fmul_rn(x[i], y[i % cols]);
@@ -100,6 +107,8 @@ __global__ void mul_rows_kernel(V* x, const V* y, int64_t n, int64_t cols) {
 template <typename V>
 __global__ void gelu_tanh_mul_kernel(const V* gate, int64_t gate_stride, const V* up, int64_t up_stride, V* out,
                                      int64_t out_stride, int64_t rows, int64_t cols) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   for (int64_t r = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
     for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
@@ -118,6 +127,8 @@ __global__ void gelu_tanh_mul_kernel(const V* gate, int64_t gate_stride, const V
 template <typename V>
 __global__ void copy_rows_kernel(const V* src, int64_t src_stride, V* dst, int64_t dst_stride, int64_t rows,
                                  int64_t cols) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   for (int64_t r = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
     for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
@@ -130,9 +141,9 @@ template <typename Op>
 void launch_map(float* x, int64_t n, Op op, cudaStream_t stream) {
   if (n <= 0) return;
   if (aligned16(x) && n >= 4) {
-    map_kernel<true><<<grid_blocks(n / 4, kThreads), kThreads, 0, stream>>>(x, n, op);
+    launch(map_kernel<true, Op>, grid_blocks(n / 4, kThreads), kThreads, 0, stream, x, n, op);
   } else {
-    map_kernel<false><<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, n, op);
+    launch(map_kernel<false, Op>, grid_blocks(n, kThreads), kThreads, 0, stream, x, n, op);
   }
   LMX_CUDA_CHECK_LAUNCH();
 }
@@ -141,9 +152,9 @@ template <typename Op>
 void launch_zip(float* out, const float* a, int64_t n, Op op, cudaStream_t stream) {
   if (n <= 0) return;
   if (aligned16(out) && aligned16(a) && n >= 4) {
-    zip_kernel<true><<<grid_blocks(n / 4, kThreads), kThreads, 0, stream>>>(out, a, n, op);
+    launch(zip_kernel<true, Op>, grid_blocks(n / 4, kThreads), kThreads, 0, stream, out, a, n, op);
   } else {
-    zip_kernel<false><<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(out, a, n, op);
+    launch(zip_kernel<false, Op>, grid_blocks(n, kThreads), kThreads, 0, stream, out, a, n, op);
   }
   LMX_CUDA_CHECK_LAUNCH();
 }
@@ -157,13 +168,13 @@ void gelu_tanh_mul(const float* gate, int64_t gate_stride, const float* up, int6
                     aligned16(gate) && aligned16(up) && aligned16(out);
   if (vec4) {
     const detail::RowLaunch l = detail::row_launch(rows, cols / 4);
-    gelu_tanh_mul_kernel<float4><<<l.grid, l.block, 0, stream>>>(
-        reinterpret_cast<const float4*>(gate), gate_stride / 4, reinterpret_cast<const float4*>(up), up_stride / 4,
-        reinterpret_cast<float4*>(out), out_stride / 4, rows, cols / 4);
+    launch(gelu_tanh_mul_kernel<float4>, l.grid, l.block, 0, stream, reinterpret_cast<const float4*>(gate),
+        gate_stride / 4, reinterpret_cast<const float4*>(up), up_stride / 4, reinterpret_cast<float4*>(out),
+        out_stride / 4, rows, cols / 4);
   } else {
     const detail::RowLaunch l = detail::row_launch(rows, cols);
-    gelu_tanh_mul_kernel<float><<<l.grid, l.block, 0, stream>>>(gate, gate_stride, up, up_stride, out, out_stride,
-                                                                 rows, cols);
+    launch(gelu_tanh_mul_kernel<float>, l.grid, l.block, 0, stream, gate, gate_stride, up, up_stride, out,
+        out_stride, rows, cols);
   }
   LMX_CUDA_CHECK_LAUNCH();
 }
@@ -182,10 +193,10 @@ void mul_rows(float* x, const float* y, int64_t rows, int64_t cols, cudaStream_t
   if (rows <= 0 || cols <= 0) return;
   const int64_t n = rows * cols;
   if (cols % 4 == 0 && aligned16(x) && aligned16(y)) {
-    mul_rows_kernel<float4><<<grid_blocks(n / 4, kThreads), kThreads, 0, stream>>>(
-        reinterpret_cast<float4*>(x), reinterpret_cast<const float4*>(y), n / 4, cols / 4);
+    launch(mul_rows_kernel<float4>, grid_blocks(n / 4, kThreads), kThreads, 0, stream, reinterpret_cast<float4*>(x),
+        reinterpret_cast<const float4*>(y), n / 4, cols / 4);
   } else {
-    mul_rows_kernel<float><<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, n, cols);
+    launch(mul_rows_kernel<float>, grid_blocks(n, kThreads), kThreads, 0, stream, x, y, n, cols);
   }
   LMX_CUDA_CHECK_LAUNCH();
 }
@@ -196,12 +207,11 @@ void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_str
   const bool vec4 = cols % 4 == 0 && src_stride % 4 == 0 && dst_stride % 4 == 0 && aligned16(src) && aligned16(dst);
   if (vec4) {
     const detail::RowLaunch l = detail::row_launch(rows, cols / 4);
-    copy_rows_kernel<float4><<<l.grid, l.block, 0, stream>>>(reinterpret_cast<const float4*>(src), src_stride / 4,
-                                                             reinterpret_cast<float4*>(dst), dst_stride / 4, rows,
-                                                             cols / 4);
+    launch(copy_rows_kernel<float4>, l.grid, l.block, 0, stream, reinterpret_cast<const float4*>(src),
+        src_stride / 4, reinterpret_cast<float4*>(dst), dst_stride / 4, rows, cols / 4);
   } else {
     const detail::RowLaunch l = detail::row_launch(rows, cols);
-    copy_rows_kernel<float><<<l.grid, l.block, 0, stream>>>(src, src_stride, dst, dst_stride, rows, cols);
+    launch(copy_rows_kernel<float>, l.grid, l.block, 0, stream, src, src_stride, dst, dst_stride, rows, cols);
   }
   LMX_CUDA_CHECK_LAUNCH();
 }

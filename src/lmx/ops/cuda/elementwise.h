@@ -22,6 +22,14 @@ namespace lmx::cuda {
 void rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_stride, int64_t rows, int dim,
               const float* weight, float eps, cudaStream_t stream);
 
+// The residual step between transformer sub-layers, fused into one kernel. For every row r of the
+// contiguous [rows, dim] buffers: x[r] = (x[r] + rms_norm(a[r]) · a_weight) · scale, then, unless
+// normed is nullptr, normed[r] = rms_norm(x[r]) · normed_weight. Each step rounds like rms_norm, add
+// and scale run in that order (scale == 1 multiplies nothing); weights may be nullptr (none); a is
+// left unchanged and must not alias x or normed.
+void residual_norm(float* x, const float* a, const float* a_weight, float scale, float* normed,
+                   const float* normed_weight, int64_t rows, int dim, float eps, cudaStream_t stream);
+
 // Rotate-half RoPE in place. Head h of token t starts at x + t * token_stride + h * head_dim.
 // angle = float(positions[t]) * inv_freq[i] (f32), cosf/sinf; pairs (i, i + head_dim/2); pairs whose
 // inv_freq is 0 are left unchanged. positions [tokens] int32, inv_freq [head_dim / 2] f32.

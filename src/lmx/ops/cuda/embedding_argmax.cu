@@ -2,6 +2,7 @@
 // the CPU ops::embedding and ops::argmax.
 #include "lmx/core/error.h"
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 
@@ -36,6 +37,8 @@ __device__ __forceinline__ float4 scaled(float4 v, float s) {
 template <typename Src, typename Dst>
 __global__ void embedding_kernel(const Src* table, int64_t n, const int32_t* ids, int64_t count, float scale,
                                  Dst* out, int64_t out_stride) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   for (int64_t t = blockIdx.x; t < count; t += gridDim.x) {
     const Src* row = table + static_cast<int64_t>(ids[t]) * n;
     Dst* orow = out + t * out_stride;
@@ -47,9 +50,8 @@ template <typename Src, typename Dst>
 void launch_embedding(const void* table, int64_t n, const int32_t* ids, int64_t count, float scale, float* out,
                       int64_t out_stride, cudaStream_t stream) {
   const int threads = n >= kThreads ? kThreads : static_cast<int>((n + 31) / 32 * 32);
-  embedding_kernel<Src, Dst><<<grid_blocks(count, 1, kMaxRowBlocks), threads, 0, stream>>>(
+  launch(embedding_kernel<Src, Dst>, grid_blocks(count, 1, kMaxRowBlocks), threads, 0, stream,
       static_cast<const Src*>(table), n, ids, count, scale, reinterpret_cast<Dst*>(out), out_stride);
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 // Whether candidate (v, i) beats (best_v, best_i): a non-NaN beats a NaN, then the larger value, then
@@ -72,6 +74,8 @@ __device__ __forceinline__ void consider(float v, int i, float& best_v, int& bes
 // One block per row (grid-stride over rows). kVec4: x 16-byte aligned and cols % 4 == 0.
 template <bool kVec4>
 __global__ void argmax_rows_kernel(const float* x, int64_t rows, int cols, int32_t* out) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   __shared__ float shared_v[32];
   __shared__ int shared_i[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -144,10 +148,9 @@ void argmax_rows(const float* x, int64_t rows, int64_t cols, int32_t* out, cudaS
   const int threads = cols >= 32768 ? 1024 : kThreads;
   const unsigned grid = grid_blocks(rows, 1, kMaxRowBlocks);
   if (cols % 4 == 0 && aligned16(x))
-    argmax_rows_kernel<true><<<grid, threads, 0, stream>>>(x, rows, static_cast<int>(cols), out);
+    launch(argmax_rows_kernel<true>, grid, threads, 0, stream, x, rows, static_cast<int>(cols), out);
   else
-    argmax_rows_kernel<false><<<grid, threads, 0, stream>>>(x, rows, static_cast<int>(cols), out);
-  LMX_CUDA_CHECK_LAUNCH();
+    launch(argmax_rows_kernel<false>, grid, threads, 0, stream, x, rows, static_cast<int>(cols), out);
 }
 
 }  // namespace lmx::cuda

@@ -22,6 +22,7 @@
 
 #include "lmx/core/dtype.h"
 #include "lmx/ops/cuda/context.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/quant_codes.cuh"
 
 #include <cuda_bf16.h>
@@ -35,7 +36,9 @@ namespace lmx::cuda::linear {
 
 constexpr int kChunk = 128;        // K columns per chunk (8 mma steps)
 constexpr int kMaxSegments = 16;   // decode block = 32 * segments threads
-constexpr int kDecodeMaxRows = 64; // x rows up to which linear_run uses the decode kernel
+// x rows up to which linear::run uses the decode kernel (measured on the H200: from 33 rows the 128 x 128
+// prefill tile is faster for every format on N >= 4096; both kernels give the same bits).
+constexpr int kDecodeMaxRows = 32;
 constexpr int kTileN = 128;        // prefill tile: weight rows
 constexpr int kTileM = 128;        // prefill tile: x rows
 
@@ -67,13 +70,15 @@ struct Problem {
   int64_t out_stride = 0;
 };
 
-// Number of K segments for an [n, k] weight: enough warps (16 rows x segment each) to fill an H200 in
-// decode, at least two chunks per segment. A function of the shape only (never of m or the device), so
-// results do not depend on either.
-inline int linear_segments(int64_t n, int64_t k) {
+// Number of K segments for an [n, k] weight of `bits` per element: enough warps (16 rows x segment each)
+// to fill an H200 in decode, at least two chunks per segment. A function of the weight only (never of m
+// or the device), so results do not depend on either. Target warps measured on the H200 at batch 1:
+// 4096 for 4-bit weights (the batch-1 kernel runs 32 rows per warp), 2048 for the others (more
+// segments slowed 8-bit and bf16 by up to 30 %).
+inline int linear_segments(int64_t n, int64_t k, int bits) {
   const int64_t chunks = (k + kChunk - 1) / kChunk;
   const int64_t tiles = (n + 15) / 16;
-  constexpr int64_t kTargetWarps = 2048;
+  const int64_t kTargetWarps = bits == 4 ? 4096 : 2048;
   int64_t s = (kTargetWarps + tiles / 2) / tiles;
   s = s < chunks / 2 ? s : chunks / 2;
   s = s < kMaxSegments ? s : kMaxSegments;
@@ -391,6 +396,8 @@ __device__ __forceinline__ void load_weight_raw(const uint32_t* row_chunk, int c
 
 template <class F, int NT>
 __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const Problem p) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
   constexpr int kUnroll = DecodeConfig<F, NT>::kUnroll;
   extern __shared__ float partial[];  // [segments][NT * 8 x rows][16 weight rows]
@@ -529,6 +536,8 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
 
 template <class F>
 __global__ void prepare_x_kernel(const float* x, int64_t x_stride, int64_t k, int chunks, uint32_t* xp) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   const int64_t row = blockIdx.x;
   const int64_t pair = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;  // over chunks * 64
   if (pair >= static_cast<int64_t>(chunks) * 64) return;
@@ -641,6 +650,8 @@ __device__ __forceinline__ void load_raw_smem(const unsigned char* stage_ptr, in
 
 template <class F, bool kSplit>
 __global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p, const uint32_t* xp) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   using C = PrefillConfig<F, kSplit>;
   constexpr int kStages = C::kStages;
   constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;

@@ -15,6 +15,7 @@
 // Pairs whose expert id lies outside [0, E) contribute nothing (the host cannot check device ids).
 #include "lmx/core/error.h"
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/moe_experts.cuh"
 
@@ -37,6 +38,8 @@ __global__ void __launch_bounds__(kGroupThreads)
     group_pairs_kernel(const int32_t* __restrict__ experts, int pairs, int num_experts, int m_tile,
                        int4* __restrict__ chunks, int* __restrict__ chunk_count,
                        int32_t* __restrict__ sorted_pair, int32_t* __restrict__ row_of) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   extern __shared__ int group_smem[];
   int* count = group_smem;
   int* fill = group_smem + num_experts;
@@ -100,6 +103,8 @@ __global__ void combine_kernel(const float* __restrict__ y, int64_t hidden,
                                const int32_t* __restrict__ row_of, const int32_t* __restrict__ experts,
                                int num_experts, const float* __restrict__ weights, int top_k,
                                float* __restrict__ out) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= hidden) return;
   const int64_t t = blockIdx.y;
@@ -131,12 +136,12 @@ size_t align256(size_t bytes) {
   return (bytes + 255) & ~size_t{255};
 }
 
-// Runs the passes; launch(p, down, m_tile, grid_y) enqueues one projection with the weight fields of
+// Runs the passes; project(p, down, m_tile, grid_y) enqueues one projection with the weight fields of
 // p filled in by the caller.
 template <class Launch>
 void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                        int top_k, int num_experts, int64_t hidden, int64_t inter, float* out,
-                       CudaContext& ctx, const Launch& launch) {
+                       CudaContext& ctx, const Launch& project) {
   const int64_t pass_tokens = std::max<int64_t>(1, kMaxPassPairs / top_k);
   const int64_t max_pairs = std::min(tokens, pass_tokens) * top_k;
   // Scratch: hbuf [pairs, 2I] then y [pairs, H]; routing tables.
@@ -162,10 +167,8 @@ void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, c
     int64_t grid_y = pairs;
     if (m_tile > 1) {
       grid_y = chunk_bound(pairs, m_tile, num_experts);
-      group_pairs_kernel<<<1, kGroupThreads, sizeof(int) * 3 * static_cast<size_t>(num_experts), stream>>>(
-          pass_experts, static_cast<int>(pairs), num_experts, m_tile, chunks, chunk_count, sorted_pair,
-          row_of);
-      LMX_CUDA_CHECK_LAUNCH();
+      launch(group_pairs_kernel, 1, kGroupThreads, sizeof(int) * 3 * static_cast<size_t>(num_experts), stream,
+          pass_experts, static_cast<int>(pairs), num_experts, m_tile, chunks, chunk_count, sorted_pair, row_of);
     }
     ProjectionParams p;
     p.top_k = top_k;
@@ -181,7 +184,7 @@ void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, c
     gate_up.x_stride = hidden;
     gate_up.out = hbuf;
     gate_up.out_stride = 2 * inter;
-    launch(gate_up, false, m_tile, static_cast<int>(grid_y));
+    project(gate_up, false, m_tile, static_cast<int>(grid_y));
 
     ProjectionParams down = p;
     down.k = inter;
@@ -191,15 +194,13 @@ void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, c
     down.inter = inter;
     down.out = ybuf;
     down.out_stride = hidden;
-    launch(down, true, m_tile, static_cast<int>(grid_y));
+    project(down, true, m_tile, static_cast<int>(grid_y));
 
     constexpr int kCombineThreads = 256;
     const dim3 grid(static_cast<unsigned>((hidden + kCombineThreads - 1) / kCombineThreads),
                     static_cast<unsigned>(count));
-    combine_kernel<<<grid, kCombineThreads, 0, stream>>>(ybuf, hidden, m_tile > 1 ? row_of : nullptr,
-                                                         pass_experts, num_experts, weights + t0 * top_k,
-                                                         top_k, out + t0 * hidden);
-    LMX_CUDA_CHECK_LAUNCH();
+    launch(combine_kernel, grid, kCombineThreads, 0, stream, ybuf, hidden, m_tile > 1 ? row_of : nullptr,
+        pass_experts, num_experts, weights + t0 * top_k, top_k, out + t0 * hidden);
   }
 }
 
@@ -269,7 +270,7 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
   const bool gate_aligned = vector_aligned(gate.codes), up_aligned = vector_aligned(up.codes);
   const bool fused = gate.bits == up.bits && gate.group_size == up.group_size &&
                      gate.scale_dtype == up.scale_dtype && gate_aligned == up_aligned;
-  auto launch = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
+  auto project = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
     auto one = [&](const DeviceQuantized& w, const WeightStack& s, int64_t n_out, int64_t col0) {
       p.w[0] = p.w[1] = s;
       p.split = n_out;
@@ -297,7 +298,7 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
     }
   };
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
-                    ctx, launch);
+                    ctx, project);
 }
 
 void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
@@ -330,7 +331,7 @@ void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, c
     return s;
   };
   const WeightStack gate_up_s = stack(gate_up), down_s = stack(down);
-  auto launch = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
+  auto project = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
     const DeviceDense& w = is_down ? down : gate_up;
     p.w[0] = p.w[1] = is_down ? down_s : gate_up_s;
     p.n_out = w.rows;
@@ -339,7 +340,7 @@ void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, c
     moe::launch_dense_projection(p, w.dtype, is_down, m_tile, grid_y, ctx.stream());
   };
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
-                    ctx, launch);
+                    ctx, project);
 }
 
 }  // namespace lmx::cuda

@@ -25,6 +25,7 @@
 
 #include "lmx/core/dtype.h"
 #include "lmx/ops/cuda/quant_codes.cuh"
+#include "lmx/ops/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -228,6 +229,8 @@ constexpr int min_blocks() {
 template <class W, int M, int R, int LANES, bool kDown, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads, min_blocks<M>())
     expert_projection_kernel(const ProjectionParams p) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   constexpr int kGroups = 32 / LANES;
   constexpr int kRowsPerBlock = kWarps * kGroups * R;
   constexpr int kChunk = W::kChunk;
@@ -409,7 +412,7 @@ void launch_projection_kernel(const ProjectionParams& p, int grid_y, cudaStream_
       sizeof(float) * static_cast<size_t>(M) * static_cast<size_t>(padded_host(static_cast<int>(slab_len)));
   const dim3 grid(static_cast<unsigned>((p.n_out + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(grid_y));
-  expert_projection_kernel<W, M, R, LANES, kDown, (M <= 4)><<<grid, kThreads, smem, stream>>>(p);
+  launch(expert_projection_kernel<W, M, R, LANES, kDown, (M <= 4)>, grid, kThreads, smem, stream, p);
 }
 
 template <class W, int M, bool kDown>

@@ -2,6 +2,7 @@
 // warp per token, in the CPU op's operation order (ops::moe_route in ops/cpu/moe.cpp).
 #include "lmx/core/error.h"
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear.h"
 
 #include <cuda_runtime.h>
@@ -23,6 +24,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
     moe_route_kernel(const float* __restrict__ logits, int64_t tokens, int num_experts, int top_k,
                      const float* __restrict__ per_expert_scale, int32_t* __restrict__ experts,
                      float* __restrict__ weights) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   extern __shared__ float route_smem[];  // [kRouteWarps][num_experts]: exp(logit - max)
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
@@ -110,9 +113,8 @@ void moe_route(const float* logits, int64_t tokens, int num_experts, int top_k, 
   if (tokens == 0) return;
   const int64_t blocks = (tokens + kRouteWarps - 1) / kRouteWarps;
   const size_t smem = sizeof(float) * kRouteWarps * static_cast<size_t>(num_experts);
-  moe_route_kernel<<<static_cast<unsigned>(blocks), kRouteWarps * 32, smem, stream>>>(
-      logits, tokens, num_experts, top_k, per_expert_scale, experts, weights);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(moe_route_kernel, static_cast<unsigned>(blocks), kRouteWarps * 32, smem, stream, logits, tokens,
+      num_experts, top_k, per_expert_scale, experts, weights);
 }
 
 }  // namespace lmx::cuda

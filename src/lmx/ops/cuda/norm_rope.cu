@@ -1,6 +1,7 @@
-// CUDA rms_norm and rotate-half RoPE (elementwise.h), rounding like the CPU ops in cpu/norm.cpp and
+// CUDA rms_norm, the fused residual_norm and rotate-half RoPE (elementwise.h), rounding like the CPU ops in cpu/norm.cpp and
 // cpu/rope.cpp (explicit _rn intrinsics: no FMA contraction; IEEE sqrt and division).
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 
@@ -42,6 +43,8 @@ __device__ __forceinline__ float inv_rms(float ss, float dim, float eps) {
 template <typename V, bool kWeight>
 __global__ void rms_norm_warp_kernel(const V* x, int64_t x_stride, V* out, int64_t out_stride, int64_t rows, int n,
                                      const V* weight, float dim, float eps) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   const int lane = threadIdx.x & 31;
   const int64_t warps = blockDim.x >> 5;
   for (int64_t r = blockIdx.x * warps + (threadIdx.x >> 5); r < rows; r += gridDim.x * warps) {
@@ -58,6 +61,8 @@ __global__ void rms_norm_warp_kernel(const V* x, int64_t x_stride, V* out, int64
 template <typename V, bool kWeight>
 __global__ void rms_norm_block_kernel(const V* x, int64_t x_stride, V* out, int64_t out_stride, int64_t rows, int n,
                                       const V* weight, float dim, float eps) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   __shared__ float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const V* xr = x + r * x_stride;
@@ -80,20 +85,76 @@ void launch_rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_s
   const int n = dim / kLanes;
   if (dim <= kWarpRowMaxDim) {
     constexpr int kRowsPerBlock = kThreads / 32;
-    rms_norm_warp_kernel<V, kWeight><<<grid_blocks(rows, kRowsPerBlock, kMaxRowBlocks), kThreads, 0, stream>>>(
+    launch(rms_norm_warp_kernel<V, kWeight>, grid_blocks(rows, kRowsPerBlock, kMaxRowBlocks), kThreads, 0, stream,
         xv, x_stride / kLanes, ov, out_stride / kLanes, rows, n, wv, static_cast<float>(dim), eps);
   } else {
     const int threads = n >= 4096 ? 1024 : n >= 1024 ? 512 : 256;
-    rms_norm_block_kernel<V, kWeight><<<grid_blocks(rows, 1, kMaxRowBlocks), threads, 0, stream>>>(
-        xv, x_stride / kLanes, ov, out_stride / kLanes, rows, n, wv, static_cast<float>(dim), eps);
+    launch(rms_norm_block_kernel<V, kWeight>, grid_blocks(rows, 1, kMaxRowBlocks), threads, 0, stream, xv,
+        x_stride / kLanes, ov, out_stride / kLanes, rows, n, wv, static_cast<float>(dim), eps);
   }
   LMX_CUDA_CHECK_LAUNCH();
+}
+
+// residual_norm (elementwise.h): one block per row; the same per-thread strided sums and block reduction
+// as rms_norm_block_kernel. Weights are optional (nullptr = none); the branch on them is uniform.
+__device__ __forceinline__ float weighted(float y, const float* w, int i) { return w ? __fmul_rn(y, w[i]) : y; }
+__device__ __forceinline__ float4 weighted(float4 y, const float4* w, int i) {
+  if (!w) return y;
+  const float4 v = w[i];
+  return make_float4(__fmul_rn(y.x, v.x), __fmul_rn(y.y, v.y), __fmul_rn(y.z, v.z), __fmul_rn(y.w, v.w));
+}
+__device__ __forceinline__ float scaled(float x, float inv) { return __fmul_rn(x, inv); }
+__device__ __forceinline__ float4 scaled(float4 x, float inv) {
+  return make_float4(__fmul_rn(x.x, inv), __fmul_rn(x.y, inv), __fmul_rn(x.z, inv), __fmul_rn(x.w, inv));
+}
+__device__ __forceinline__ float added(float x, float a) { return __fadd_rn(x, a); }
+__device__ __forceinline__ float4 added(float4 x, float4 a) {
+  return make_float4(__fadd_rn(x.x, a.x), __fadd_rn(x.y, a.y), __fadd_rn(x.z, a.z), __fadd_rn(x.w, a.w));
+}
+
+template <typename V>
+__global__ void residual_norm_kernel(V* x, const V* a, const V* a_weight, float scale, V* normed_out,
+                                     const V* normed_weight, int64_t rows, int n, float dim, float eps) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    V* xr = x + r * n;
+    const V* ar = a + r * n;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) ss = sum_sq(ar[c], ss);
+    const float inv_a = inv_rms(detail::block_sum(ss, shared), dim, eps);
+    float ss_x = 0.0f;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+      V v = added(xr[c], weighted(scaled(ar[c], inv_a), a_weight, c));
+      if (scale != 1.0f) v = scaled(v, scale);
+      xr[c] = v;
+      ss_x = sum_sq(v, ss_x);
+    }
+    if (normed_out == nullptr) continue;
+    const float inv_x = inv_rms(detail::block_sum(ss_x, shared), dim, eps);
+    V* orow = normed_out + r * n;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) orow[c] = weighted(scaled(xr[c], inv_x), normed_weight, c);
+  }
+}
+
+template <typename V>
+void launch_residual_norm(float* x, const float* a, const float* a_weight, float scale, float* normed,
+                          const float* normed_weight, int64_t rows, int dim, float eps, cudaStream_t stream) {
+  constexpr int kLanes = sizeof(V) / sizeof(float);
+  const int n = dim / kLanes;
+  const int threads = n >= 4096 ? 1024 : n >= 1024 ? 512 : n >= 256 ? 256 : (n + 31) / 32 * 32;
+  launch(residual_norm_kernel<V>, grid_blocks(rows, 1, kMaxRowBlocks), threads, 0, stream, reinterpret_cast<V*>(x),
+         reinterpret_cast<const V*>(a), reinterpret_cast<const V*>(a_weight), scale, reinterpret_cast<V*>(normed),
+         reinterpret_cast<const V*>(normed_weight), rows, n, static_cast<float>(dim), eps);
 }
 
 // Rotates pairs (i, i + half) of every head of token t. blockDim.x threads along pairs (each computes
 // its angle's sin/cos once), blockDim.y along heads; grid.x over tokens, grid.y over pair chunks.
 __global__ void rope_kernel(float* x, int64_t token_stride, int64_t tokens, int heads, int head_dim, int half,
                             const int32_t* positions, const float* inv_freq) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     const float pos = static_cast<float>(positions[t]);
     for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < half; i += gridDim.y * blockDim.x) {
@@ -132,6 +193,17 @@ void rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_stride, 
   }
 }
 
+void residual_norm(float* x, const float* a, const float* a_weight, float scale, float* normed,
+                   const float* normed_weight, int64_t rows, int dim, float eps, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;
+  const bool vec4 = dim % 4 == 0 && aligned16(x) && aligned16(a) && (a_weight == nullptr || aligned16(a_weight)) &&
+                    (normed == nullptr || aligned16(normed)) && (normed_weight == nullptr || aligned16(normed_weight));
+  if (vec4)
+    launch_residual_norm<float4>(x, a, a_weight, scale, normed, normed_weight, rows, dim, eps, stream);
+  else
+    launch_residual_norm<float>(x, a, a_weight, scale, normed, normed_weight, rows, dim, eps, stream);
+}
+
 void rope(float* x, int64_t token_stride, int64_t tokens, int heads, int head_dim, const int32_t* positions,
           const float* inv_freq, cudaStream_t stream) {
   const int half = head_dim / 2;
@@ -139,9 +211,8 @@ void rope(float* x, int64_t token_stride, int64_t tokens, int heads, int head_di
   const int bx = half >= kThreads ? kThreads : (half + 31) / 32 * 32;
   const int by = std::max(1, std::min(kThreads / bx, heads));
   const dim3 grid(grid_blocks(tokens, 1, int64_t{1} << 20), grid_blocks(half, bx, 65535));
-  rope_kernel<<<grid, dim3(bx, by), 0, stream>>>(x, token_stride, tokens, heads, head_dim, half, positions,
-                                                 inv_freq);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(rope_kernel, grid, dim3(bx, by), 0, stream, x, token_stride, tokens, heads, head_dim, half, positions,
+      inv_freq);
 }
 
 }  // namespace lmx::cuda

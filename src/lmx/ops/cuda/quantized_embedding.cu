@@ -1,6 +1,7 @@
 // quantized_embedding (linear.h): one block row per token, one thread per output element; the values are
 // the CPU op's bit for bit: fmaf(scale, code, bias) * mul in f32.
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/quant_codes.cuh"
 
@@ -9,6 +10,8 @@ namespace {
 
 __global__ void quantized_embedding_kernel(const DeviceQuantized table, const int32_t* ids, float mul, float* out,
                                            int64_t out_stride) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
   const int64_t t = blockIdx.x;
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (j >= table.cols) return;
@@ -34,8 +37,7 @@ void quantized_embedding(const DeviceQuantized& table, const int32_t* ids, int64
   if (count == 0) return;
   constexpr int kThreads = 256;
   const dim3 grid(static_cast<unsigned>(count), static_cast<unsigned>((table.cols + kThreads - 1) / kThreads));
-  quantized_embedding_kernel<<<grid, kThreads, 0, stream>>>(table, ids, scale, out, out_stride);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(quantized_embedding_kernel, grid, kThreads, 0, stream, table, ids, scale, out, out_stride);
 }
 
 }  // namespace lmx::cuda

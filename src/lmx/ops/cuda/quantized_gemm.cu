@@ -1,6 +1,7 @@
 // Prefill path of the tensor-core projections (dense bf16 and quantized): x preparation and
 // linear_prefill_kernel for every weight format (linear_tiles.cuh).
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
 namespace lmx::cuda::linear {
@@ -13,15 +14,13 @@ void prefill_kernel(const Problem& p, const uint32_t* xp, cudaStream_t stream) {
   LMX_CUDA_CHECK(cudaFuncSetAttribute(linear_prefill_kernel<F, kSplit>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>((p.m + kTileM - 1) / kTileM), static_cast<unsigned>((p.n + kTileN - 1) / kTileN));
-  linear_prefill_kernel<F, kSplit><<<grid, 256, kSmem, stream>>>(p, xp);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(linear_prefill_kernel<F, kSplit>, grid, 256, kSmem, stream, p, xp);
 }
 
 template <class F>
 void prefill(const Problem& p, uint32_t* xp, cudaStream_t stream) {
   const dim3 prep_grid(static_cast<unsigned>(p.m), static_cast<unsigned>((p.chunks * 64 + 255) / 256));
-  prepare_x_kernel<F><<<prep_grid, 256, 0, stream>>>(p.x, p.x_stride, p.k, p.chunks, xp);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(prepare_x_kernel<F>, prep_grid, 256, 0, stream, p.x, p.x_stride, p.k, p.chunks, xp);
   if (p.segments > 1)
     prefill_kernel<F, true>(p, xp, stream);
   else

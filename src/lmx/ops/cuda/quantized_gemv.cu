@@ -1,6 +1,9 @@
 // Decode path of the tensor-core projections (dense bf16 and quantized): linear_decode_kernel for every
-// weight format, 8, 16 or 32 x rows per block (linear_tiles.cuh).
+// weight format, 8, 16 or 32 x rows per block (linear_tiles.cuh); 4-bit weights at batch 1 run
+// q4_gemv_kernel (linear_decode_q4.cuh), which computes the same bits faster.
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
 namespace lmx::cuda::linear {
@@ -10,12 +13,24 @@ template <class F, int NT>
 void decode_rows(const Problem& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.m + 8 * NT - 1) / (8 * NT)), static_cast<unsigned>((p.n + 15) / 16));
   const size_t smem = static_cast<size_t>(p.segments) * NT * 8 * 16 * sizeof(float);
-  linear_decode_kernel<F, NT><<<grid, 32 * p.segments, smem, stream>>>(p);
-  LMX_CUDA_CHECK_LAUNCH();
+  launch(linear_decode_kernel<F, NT>, grid, 32 * p.segments, smem, stream, p);
+}
+
+// Batch 1 with 4-bit weights: q4_gemv_kernel when x allows 16-byte loads and its staged x fits 48 KiB.
+template <class Scale>
+bool gemv_q4(const Problem& p, cudaStream_t stream) {
+  const size_t smem = q4_gemv_smem_bytes(p);
+  if (p.m != 1 || !p.x_vec4 || smem > 48 * 1024) return false;
+  const dim3 grid(1, static_cast<unsigned>((p.n + kGemvRows - 1) / kGemvRows));
+  launch(q4_gemv_kernel<Scale>, grid, 32 * p.segments, smem, stream, p);
+  return true;
 }
 
 template <class F>
 void decode(const Problem& p, cudaStream_t stream) {
+  if constexpr (F::kBits == 4 && F::kLoadBytes == 16) {
+    if (gemv_q4<typename F::ScaleType>(p, stream)) return;
+  }
   if (p.m <= 8)
     decode_rows<F, 1>(p, stream);
   else if (p.m <= 16)

@@ -13,7 +13,7 @@ namespace linear {
 void run(Problem p, CudaContext& ctx) {
   LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit", p.n);
   p.chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
-  p.segments = linear_segments(p.n, p.k);
+  p.segments = linear_segments(p.n, p.k, p.bits);
   p.x_vec4 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.x_stride % 4 == 0 || p.m == 1);
   if (p.m <= kDecodeMaxRows) {
     launch_decode(p, ctx.stream());
