@@ -1,6 +1,6 @@
 // Benchmark of the MLX affine-quantized kernels: quantized_linear as GEMV (decode, M = 1) in GB/s of
 // weight bytes read (codes + scales + biases) against the machine's measured read bandwidth, and as
-// GEMM (prefill, M = 64) in GFLOP/s, for the f32 kernels and (4 bits on CPUs with AVX-512 VNNI) the
+// GEMM (prefill, M = 64) in GFLOP/s, for the f32 kernels and (4 and 8 bits on CPUs with AVX-512 VNNI) the
 // integer kernels side by side (ops::cpu::set_quantized_integer_kernels switches between them). Prints a
 // table; asserts nothing.
 //
@@ -165,16 +165,18 @@ int main(int argc, char** argv) {
   for (int bits : {4, 8})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 14336}, {14336, 4096}})
       for (bool cold : {false, true}) rows.push_back(time_quantized(1, n, k, bits, 64, cold));
-  rows.push_back(time_quantized(1, 8192, 4096, 4, 64, true));
-  rows.push_back(time_quantized(1, 4096, 4096, 4, 32, true));
-  rows.push_back(time_quantized(1, 4096, 4096, 4, 128, true));
+  for (int bits : {4, 8}) {
+    rows.push_back(time_quantized(1, 8192, 4096, bits, 64, true));
+    rows.push_back(time_quantized(1, 4096, 4096, bits, 32, true));
+    rows.push_back(time_quantized(1, 4096, 4096, bits, 128, true));
+  }
   rows.push_back(time_quantized(1, 4096, 4096, 3, 64, true));
   rows.push_back(time_quantized(1, 4096, 4096, 6, 64, true));
-  rows.push_back(time_quantized(4, 4096, 4096, 4, 64, true));
+  for (int bits : {4, 8}) rows.push_back(time_quantized(4, 4096, 4096, bits, 64, true));
   rows.push_back(time_dense_bf16(4096, 4096, true));
   for (int bits : {4, 8}) rows.push_back(time_quantized(64, 4096, 4096, bits, 64, false));
   rows.push_back(time_quantized(64, 4096, 4096, 4, 32, false));
-  rows.push_back(time_quantized(256, 4096, 4096, 4, 64, false));
+  for (int bits : {4, 8}) rows.push_back(time_quantized(256, 4096, 4096, bits, 64, false));
 
   // Side by side: the f32 kernels and the integer (VNNI) kernels on the same weights in the same run.
   fmt::print("{:<36} | {:>9} {:>8} {:>6} {:>8} | {:>9} {:>8} {:>6} {:>8}\n", "op", "f32 us", "GB/s", "% BW",

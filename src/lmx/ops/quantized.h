@@ -6,9 +6,10 @@
 // kernels compute with exactly these values and f32 accumulation, so they match ops::linear over the
 // dequantized matrix to f32 rounding (bit for bit when its columns are given in the same order; see
 // quantized_linear). On CPUs without FMA (SSE4 targets) scale * q and + bias round separately.
-// Exception: on CPUs with AVX-512 VNNI, 4-bit weights run integer kernels that quantize x to 24-bit fixed
-// point per 8 columns and center the codes on 8: out = Σ_g s_g Σ (q - 8) x̂ + Σ_g fma(8, s_g, b_g) Σ x with
-// |x - x̂| ≤ 1.008 * 2^-23 * max|x over its 8 columns| per element (ops/cpu/quantized_vnni.cpp).
+// Exception: on CPUs with AVX-512 VNNI, 4- and 8-bit weights run integer kernels that quantize x to 24-bit
+// fixed point per 8 columns and center the codes on z = 2^(bits - 1) (8 or 128):
+// out = Σ_g s_g Σ (q - z) x̂ + Σ_g fma(z, s_g, b_g) Σ x with |x - x̂| ≤ 1.008 * 2^-23 * max|x over its 8
+// columns| per element (ops/cpu/quantized_vnni.cpp).
 // Argument errors are InvalidArgument naming the op, like the ops in ops.h.
 #pragma once
 
@@ -41,8 +42,8 @@ struct QuantizedWeight {
 // order, then summed horizontally; the order is the natural one (column k in lane k % L) except for
 // 4-bit weights, whose columns are visited per block of 2L as the L even columns then the L odd ones.
 // Decode (M < 16) unpacks codes in registers, parallel over N; prefill dequantizes each weight panel
-// once per pass of up to 64 rows of x and runs register tiles over it. Integer kernels (4 bits with
-// VNNI): the same kernels serve every M, with x quantized row by row.
+// once per pass of up to 64 rows of x and runs register tiles over it. Integer kernels (4 and 8 bits
+// with VNNI): the same kernels serve every M, with x quantized row by row.
 void quantized_linear(const Tensor& x, const QuantizedWeight& w, Tensor& out);
 Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w);
 

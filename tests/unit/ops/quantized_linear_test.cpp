@@ -1,8 +1,8 @@
 // Tests for quantized_linear and quantized_embedding: every bits × group × scale dtype against
 // dequantize-then-f32 references on ragged shapes, bit-identity with ops::linear over the dequantized
 // (column-ordered) matrix, batch invariance across M, row position, thread count and SIMD target, errors;
-// the integer (VNNI) kernels for 4-bit weights against the same references within their
-// activation-quantization bound.
+// the integer (VNNI) kernels for 4- and 8-bit weights against the same references within their
+// activation-quantization bound, which is shown tight enough to catch a one-step code error.
 #include "lmx/core/thread_pool.h"
 #include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/ops.h"
@@ -74,8 +74,10 @@ std::vector<double> activation_error_bound(const Tensor& x) {
 
 // Σ_k x w in double for all rows of x (w = the f32 dequantized values, as the f32 kernels use). Bound for
 // the f32 kernels: the dense tests' 2 eps sqrt(K) Σ|x w|. For the integer kernels, which compute
-// Σ s (q - 8) x̂ + Σ b' x with b' = b + 8 s and x̂ within activation_error_bound of x:
-// Σ |s (q - 8)| * bound(x), plus 2 eps sqrt(K) (Σ|x s (q - 8)| + Σ|x b'|) for their f32 steps.
+// Σ s (q - z) x̂ + Σ b' x with the code center z = 2^(bits - 1), b' = b + z s and x̂ within
+// activation_error_bound of x: Σ |s (q - z)| * bound(x), plus 2 eps sqrt(K) (Σ|x s (q - z)| + Σ|x b'|) for
+// their f32 steps (per lane and chunk at most three roundings for 4 bits, four for 8 bits, the fourth of
+// an integer below 2^25 units: far inside the first term).
 struct Reference {
   std::vector<double> value, tol;
 };
@@ -87,7 +89,7 @@ Reference reference(const Tensor& x, const ops::QuantizedWeight& w, bool integer
   const auto sq = test::to_doubles(quant::dequantize_affine(
       {w.codes, w.scales, Tensor::zeros(w.biases.shape(), w.biases.dtype()), w.bits, w.group_size}));
   const auto scales = test::to_doubles(w.scales);
-  const double z = 8;  // the integer kernels' code center
+  const double z = std::ldexp(1.0, w.bits - 1);  // the integer kernels' code center
   const auto xe = activation_error_bound(x);
   Reference r;
   r.value.resize(static_cast<size_t>(m * n));
@@ -292,20 +294,25 @@ TEST(QuantizedLinear, EveryTargetAccurateAndBatchInvariant) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
-// ---- The integer kernels (4-bit weights on CPUs with AVX-512 VNNI) -----------------------------------------
+// ---- The integer kernels (4- and 8-bit weights on CPUs with AVX-512 VNNI) ---------------------------------
+
+constexpr int kIntegerBits[] = {4, 8};
 
 bool integer_kernels_here() {
   return ops::cpu::quantized_integer_kernels(4);
 }
 
-TEST(QuantizedLinearInteger, ServeFourBitsOnlyWhereTheCpuHasVnni) {
-  for (int bits : {2, 3, 5, 6, 8}) EXPECT_FALSE(ops::cpu::quantized_integer_kernels(bits)) << bits;
-  if (!__builtin_cpu_supports("avx512vnni")) {
-    EXPECT_FALSE(ops::cpu::quantized_integer_kernels(4));
-  } else {
-    EXPECT_TRUE(ops::cpu::quantized_integer_kernels(4)) << "VNNI CPU without the integer kernels";
-    const F32KernelsOnly f32_only;
-    EXPECT_FALSE(ops::cpu::quantized_integer_kernels(4));
+TEST(QuantizedLinearInteger, ServeFourAndEightBitsOnlyWhereTheCpuHasVnni) {
+  for (int bits : {2, 3, 5, 6}) EXPECT_FALSE(ops::cpu::quantized_integer_kernels(bits)) << bits;
+  for (int bits : kIntegerBits) {
+    if (!__builtin_cpu_supports("avx512vnni")) {
+      EXPECT_FALSE(ops::cpu::quantized_integer_kernels(bits)) << bits;
+    } else {
+      EXPECT_TRUE(ops::cpu::quantized_integer_kernels(bits))
+          << bits << ": VNNI CPU without the integer kernels";
+      const F32KernelsOnly f32_only;
+      EXPECT_FALSE(ops::cpu::quantized_integer_kernels(bits)) << bits;
+    }
   }
 }
 
@@ -339,77 +346,126 @@ TEST(QuantizedLinearInteger, MatchesDequantizedReferenceOnRaggedShapes) {
   if (!integer_kernels_here()) GTEST_SKIP() << "no integer kernels on this CPU";
   const int64_t ns[] = {1, 5, 9, 13};
   int turn = 0;
-  for (int group : kGroups)
-    for (int64_t k : {int64_t{128}, int64_t{1024}, int64_t{2048 + 128 + 64}, int64_t{3 * 128 + 32}, int64_t{96},
-                      int64_t{64}, int64_t{32}}) {
-      if (k % group != 0) continue;
-      for (bool arbitrary : {false, true}) {
-        const DType sdt = kScaleTypes[turn % 3];
-        const int64_t n = ns[turn % 4];
-        ++turn;
-        const ops::QuantizedWeight w = random_weight({n, k}, 4, group, sdt, arbitrary);
-        const Tensor x = awkward_x(40, k);
-        const Reference ref = reference(x, w, true);
-        for (int64_t m : {1, 2, 3, 5, 16, 17, 40}) {
-          const Tensor out = ops::quantized_linear(x.slice(0, 0, m), w);
-          const std::string what = fmt::format("group {} {} {} codes M={} N={} K={}", group, dtype_name(sdt),
-                                               arbitrary ? "arbitrary" : "quantized", m, n, k);
-          const auto count = static_cast<size_t>(m * n);
-          test::expect_close(out, prefix(ref.value, count), prefix(ref.tol, count), what.c_str());
-          if (HasFailure()) return;
+  for (int bits : kIntegerBits)
+    for (int group : kGroups)
+      for (int64_t k : {int64_t{128}, int64_t{1024}, int64_t{2048 + 128 + 64}, int64_t{3 * 128 + 32},
+                        int64_t{96}, int64_t{64}, int64_t{32}}) {
+        if (k % group != 0) continue;
+        for (bool arbitrary : {false, true}) {
+          const DType sdt = kScaleTypes[turn % 3];
+          const int64_t n = ns[turn % 4];
+          ++turn;
+          const ops::QuantizedWeight w = random_weight({n, k}, bits, group, sdt, arbitrary);
+          const Tensor x = awkward_x(40, k);
+          const Reference ref = reference(x, w, true);
+          for (int64_t m : {1, 2, 3, 5, 16, 17, 40}) {
+            const Tensor out = ops::quantized_linear(x.slice(0, 0, m), w);
+            const std::string what =
+                fmt::format("bits {} group {} {} {} codes M={} N={} K={}", bits, group, dtype_name(sdt),
+                            arbitrary ? "arbitrary" : "quantized", m, n, k);
+            const auto count = static_cast<size_t>(m * n);
+            test::expect_close(out, prefix(ref.value, count), prefix(ref.tol, count), what.c_str());
+            if (HasFailure()) return;
+          }
         }
       }
-    }
+}
+
+// The code of w[row, col] (4 or 8 bits: codes never straddle words), and setting it.
+uint32_t code_at(const ops::QuantizedWeight& w, int64_t row, int64_t col) {
+  const uint32_t word = w.codes.data<uint32_t>()[row * w.codes.dim(-1) + col * w.bits / 32];
+  return (word >> (col * w.bits % 32)) & ((1u << w.bits) - 1);
+}
+void set_code(ops::QuantizedWeight& w, int64_t row, int64_t col, uint32_t code) {
+  uint32_t& word = w.codes.data<uint32_t>()[row * w.codes.dim(-1) + col * w.bits / 32];
+  const int64_t shift = col * w.bits % 32;
+  word = (word & ~(((1u << w.bits) - 1) << shift)) | (code << shift);
 }
 
 TEST(QuantizedLinearInteger, KeepsPrecisionBesideALargeElement) {
   // Each block of 8 columns of x has one element 2^12 times the others, in a column whose weights are zero
-  // (code 8, bias -8 * scale: zero in the kernels' centered form too), so the result is made of the small
-  // elements alone and the f32 tolerance is relative to them: x rounded to 16 bits per block (one digit
-  // fewer) would break it for most outputs.
+  // (code = the center z, bias -z * scale: zero in the kernels' centered form too), so the result is made of
+  // the small elements alone and the f32 tolerance is relative to them: x rounded to 16 bits per block (one
+  // digit fewer) would break it for most outputs.
   if (!integer_kernels_here()) GTEST_SKIP() << "no integer kernels on this CPU";
-  const int64_t n = 16, k = 384, groups = k / 64;
-  ops::QuantizedWeight w = random_weight({n, k}, 4, 64, DType::kF32, true);
-  for (int64_t g = 0; g < n * groups; ++g) w.biases.data<float>()[g] = -8.0f * w.scales.data<float>()[g];
-  uint32_t* codes = w.codes.data<uint32_t>();
-  for (int64_t word = 0; word < w.codes.numel(); ++word) codes[word] = (codes[word] & ~0xFu) | 8u;  // column 8j
-  Tensor x = test::random_tensor({4, k}, DType::kF32, -1.0f / 4096, 1.0f / 4096);
-  for (int64_t r = 0; r < 4; ++r)
-    for (int64_t c0 = 0; c0 < k; c0 += 8) x.data<float>()[r * k + c0] = 1.0f;
-  const Reference ref = reference(x, w, true);
-  test::expect_close(ops::quantized_linear(x, w), ref.value, ref.tol, "large elements");
-  Tensor coarse = x.contiguous();
-  float* p = coarse.data<float>();
-  for (int64_t i = 0; i < coarse.numel(); ++i) p[i] = std::ldexp(std::nearbyint(std::ldexp(p[i], 15)), -15);
-  const auto coarse_value = reference(coarse, w, true).value;
-  int beyond = 0;
-  for (size_t i = 0; i < coarse_value.size(); ++i) beyond += std::fabs(coarse_value[i] - ref.value[i]) > ref.tol[i];
-  EXPECT_GT(beyond, static_cast<int>(coarse_value.size()) / 2) << beyond << " of " << coarse_value.size();
+  for (int bits : kIntegerBits) {
+    SCOPED_TRACE(fmt::format("bits {}", bits));
+    const int64_t n = 16, k = 384, groups = k / 64;
+    const uint32_t center = 1u << (bits - 1);
+    ops::QuantizedWeight w = random_weight({n, k}, bits, 64, DType::kF32, true);
+    for (int64_t g = 0; g < n * groups; ++g)
+      w.biases.data<float>()[g] = -static_cast<float>(center) * w.scales.data<float>()[g];
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c0 = 0; c0 < k; c0 += 8) set_code(w, r, c0, center);
+    Tensor x = test::random_tensor({4, k}, DType::kF32, -1.0f / 4096, 1.0f / 4096);
+    for (int64_t r = 0; r < 4; ++r)
+      for (int64_t c0 = 0; c0 < k; c0 += 8) x.data<float>()[r * k + c0] = 1.0f;
+    const Reference ref = reference(x, w, true);
+    test::expect_close(ops::quantized_linear(x, w), ref.value, ref.tol, "large elements");
+    Tensor coarse = x.contiguous();
+    float* p = coarse.data<float>();
+    for (int64_t i = 0; i < coarse.numel(); ++i) p[i] = std::ldexp(std::nearbyint(std::ldexp(p[i], 15)), -15);
+    const auto coarse_value = reference(coarse, w, true).value;
+    int beyond = 0;
+    for (size_t i = 0; i < coarse_value.size(); ++i)
+      beyond += std::fabs(coarse_value[i] - ref.value[i]) > ref.tol[i];
+    EXPECT_GT(beyond, static_cast<int>(coarse_value.size()) / 2) << beyond << " of " << coarse_value.size();
+  }
+}
+
+TEST(QuantizedLinearInteger, BoundCatchesACodeOneStepOff) {
+  // The bound is tight enough to tell the kernels' result from that of a weight with one code per row one
+  // step off (the effect of, e.g., a wrong center or a misplaced code byte in one column of K = 2048): the
+  // result on w is within the bound of w's reference and outside the bound of the altered weight's.
+  if (!integer_kernels_here()) GTEST_SKIP() << "no integer kernels on this CPU";
+  for (int bits : kIntegerBits) {
+    SCOPED_TRACE(fmt::format("bits {}", bits));
+    const int64_t n = 24, k = 2048, col = 1000;
+    const ops::QuantizedWeight w = random_weight({n, k}, bits, 64, DType::kBF16, false);
+    ops::QuantizedWeight off = w;
+    off.codes = Tensor::zeros(w.codes.shape(), DType::kU32);
+    std::memcpy(off.codes.raw_data(), w.codes.raw_data(), w.codes.nbytes());
+    for (int64_t r = 0; r < n; ++r) {
+      const uint32_t q = code_at(w, r, col);
+      set_code(off, r, col, q == 0 ? 1 : q - 1);
+    }
+    Tensor x = test::random_tensor({3, k});
+    for (int64_t r = 0; r < 3; ++r) x.data<float>()[r * k + col] = 1.0f;
+    const Tensor out = ops::quantized_linear(x, w);
+    const Reference ref = reference(x, w, true), off_ref = reference(x, off, true);
+    test::expect_close(out, ref.value, ref.tol, "the weight itself");
+    int caught = 0;
+    for (size_t i = 0; i < off_ref.value.size(); ++i)
+      caught += std::fabs(out.item_f32(static_cast<int64_t>(i)) - off_ref.value[i]) > off_ref.tol[i];
+    EXPECT_EQ(caught, static_cast<int>(off_ref.value.size()));
+  }
 }
 
 TEST(QuantizedLinearInteger, BatchInvariantAcrossRowCountsAndThreads) {
-  // Each row alone (M = 1, one thread) against every M in {1, 2, 3, 5, 16, 17, 40} (decode and prefill
-  // tiles) and 1, 2, 3 and 5 threads, bit for bit; K with a span and a tail chunk, N with tile tails.
+  // Each row alone (M = 1, one thread) against every M in 1..40 (decode and prefill tiles) and 1, 2, 3 and
+  // 5 threads, bit for bit; K with a span and a tail chunk, N with tile tails.
   if (!integer_kernels_here()) GTEST_SKIP() << "no integer kernels on this CPU";
-  for (int group : {32, 64, 128}) {
-    const int64_t k = 2048 + 128 + (group == 128 ? 128 : 64), n = 70;
-    const ops::QuantizedWeight w = random_weight({n, k}, 4, group, DType::kBF16, true);
-    const Tensor x = awkward_x(40, k);
-    set_default_threads(1);
-    std::vector<Tensor> alone;
-    for (int64_t r = 0; r < 40; ++r) alone.push_back(ops::quantized_linear(x.slice(0, r, r + 1), w));
-    for (int threads : {1, 2, 3, 5}) {
-      set_default_threads(threads);
-      for (int64_t m : {1, 2, 3, 5, 16, 17, 40})
-        for (int64_t first : {int64_t{0}, 40 - m}) {
-          const Tensor out = ops::quantized_linear(x.slice(0, first, first + m), w);
-          for (int64_t r = 0; r < m; ++r)
-            ASSERT_TRUE(test::bit_equal(out.slice(0, r, r + 1), alone[static_cast<size_t>(first + r)]))
-                << "group " << group << " M=" << m << " first " << first << " row " << r << " threads " << threads;
-        }
+  for (int bits : kIntegerBits)
+    for (int group : {32, 64, 128}) {
+      const int64_t k = 2048 + 128 + (group == 128 ? 128 : 64), n = 70;
+      const ops::QuantizedWeight w = random_weight({n, k}, bits, group, DType::kBF16, true);
+      const Tensor x = awkward_x(40, k);
+      set_default_threads(1);
+      std::vector<Tensor> alone;
+      for (int64_t r = 0; r < 40; ++r) alone.push_back(ops::quantized_linear(x.slice(0, r, r + 1), w));
+      for (int threads : {1, 2, 3, 5}) {
+        set_default_threads(threads);
+        for (int64_t m = 1; m <= 40; ++m)
+          for (int64_t first : {int64_t{0}, 40 - m}) {
+            const Tensor out = ops::quantized_linear(x.slice(0, first, first + m), w);
+            for (int64_t r = 0; r < m; ++r)
+              ASSERT_TRUE(test::bit_equal(out.slice(0, r, r + 1), alone[static_cast<size_t>(first + r)]))
+                  << "bits " << bits << " group " << group << " M=" << m << " first " << first << " row " << r
+                  << " threads " << threads;
+          }
+      }
+      set_default_threads(0);
     }
-    set_default_threads(0);
-  }
 }
 
 TEST(QuantizedLinear, RejectsBadArguments) {

@@ -57,18 +57,19 @@ MoeCase make_case(int64_t t, int64_t h, int64_t inter, int64_t e, int k, int gat
   return c;
 }
 
-// Per element, what multiplies x's quantization error in the integer kernels: |s (q - 8)| (they center the
-// codes on 8).
+// Per element, what multiplies x's quantization error in the integer kernels: |s (q - z)| (they center the
+// codes on z = 2^(bits - 1): 8 for 4 bits, 128 for 8 bits).
 std::vector<double> integer_error_weight(const ops::QuantizedWeight& w) {
   const auto sq = test::to_doubles(quant::dequantize_affine(
       {w.codes, w.scales, Tensor::zeros(w.biases.shape(), w.biases.dtype()), w.bits, w.group_size}));
   const auto scales = test::to_doubles(w.scales);
   const int64_t k = w.cols();
+  const double z = std::ldexp(1.0, w.bits - 1);
   std::vector<double> out(sq.size());
   for (size_t i = 0; i < sq.size(); ++i) {
     const double s = scales[i / static_cast<size_t>(k) * static_cast<size_t>(k / w.group_size) +
                             i % static_cast<size_t>(k) / static_cast<size_t>(w.group_size)];
-    out[i] = std::fabs(sq[i] - 8 * s);
+    out[i] = std::fabs(sq[i] - z * s);
   }
   return out;
 }

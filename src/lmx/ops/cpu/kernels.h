@@ -95,7 +95,7 @@ struct QuantizedLinearArgs {
   const float* x = nullptr;
   int64_t x_stride = 0;
   const uint8_t* xq = nullptr;  // 64-byte aligned rows
-  int64_t xq_stride = 0;        // bytes: quantized_integer_row_bytes(w.k, w.group_size)
+  int64_t xq_stride = 0;        // bytes: quantized_integer_row_bytes(w.k, w.group_size, w.bits)
   QuantizedMatrix w;
   float* out = nullptr;
   int64_t out_stride = 0;
@@ -128,24 +128,25 @@ QuantizedMatrix quantized_matrix(const QuantizedWeight& w, int ndim, const char*
 // Expert `expert`'s [rows_per_expert, K] slice of a stack viewed by quantized_matrix.
 QuantizedMatrix expert_matrix(const QuantizedMatrix& stack, int64_t rows_per_expert, int64_t expert);
 
-// ---- Integer kernels for 4-bit weights (quantized_vnni.cpp) ----------------------------------------------
+// ---- Integer kernels for 4- and 8-bit weights (quantized_vnni.cpp) ----------------------------------------
 // On targets with AVX-512 VNNI, x is quantized to 24-bit fixed point with a power-of-two unit per 8 columns
 // (|error| ≤ 1.008 * 2^-23 * max|x over those 8 columns| per element) and multiplied with the codes in
 // int32; see quantized_vnni.cpp for the numerics and the row layout.
 
 // Whether quantized_linear and quantized_moe_experts run the integer kernels for `bits`-bit weights now:
-// 4 bits, a CPU and dispatched SIMD target with AVX-512 VNNI, and the debug knob on.
+// 4 or 8 bits, a CPU and dispatched SIMD target with AVX-512 VNNI, and the debug knob on.
 bool quantized_integer_kernels(int bits);
 // Debug knob for benchmarks and tests that compare both paths (default on; the environment variable
 // LMX_QUANT_INTEGER=0 at start-up turns it off). Not thread-safe against running ops.
 void set_quantized_integer_kernels(bool enabled);
-// Bytes of one prepared x row (a multiple of 64).
-int64_t quantized_integer_row_bytes(int64_t k, int group_size);
+// Bytes of one x row prepared for `bits`-bit weights (a multiple of 64).
+int64_t quantized_integer_row_bytes(int64_t k, int group_size, int bits);
 // Writes `rows` rows of k floats (row stride x_stride) into out (64-byte aligned, row stride
-// quantized_integer_row_bytes) for weights of group `group_size`. Each row is prepared on its own.
+// quantized_integer_row_bytes) for `bits`-bit weights of group `group_size`. Each row is prepared on its own.
 void quantized_integer_prepare_x(const float* x, int64_t x_stride, int64_t rows, int64_t k, int group_size,
-                                 uint8_t* out);
-// The integer kernels over args.xq (w.bits 4; only while quantized_integer_kernels(4)).
+                                 int bits, uint8_t* out);
+// The integer kernels over args.xq (prepared for w.bits, 4 or 8; only while
+// quantized_integer_kernels(w.bits)).
 void quantized_integer_block(const QuantizedLinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 
 // Rows of x in the form the kernels for a weight take (see QuantizedLinearArgs): for the integer kernels,

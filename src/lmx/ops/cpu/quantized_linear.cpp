@@ -89,13 +89,14 @@ PreparedRows prepare_rows(const float* x, int64_t x_stride, int64_t rows, const 
   const int bits = w.bits;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1));
   if (quantized_integer_kernels(bits)) {
-    const int64_t row_bytes = quantized_integer_row_bytes(k, w.group_size);
+    const int64_t row_bytes = quantized_integer_row_bytes(k, w.group_size, bits);
     constexpr size_t kAlign = 64;
     p.quantized_buffer = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(rows * row_bytes) + kAlign);
     const auto address = reinterpret_cast<uintptr_t>(p.quantized_buffer.get());
     uint8_t* out = p.quantized_buffer.get() + ((kAlign - address % kAlign) % kAlign);
     parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-      quantized_integer_prepare_x(x + begin * x_stride, x_stride, end - begin, k, w.group_size, out + begin * row_bytes);
+      quantized_integer_prepare_x(x + begin * x_stride, x_stride, end - begin, k, w.group_size, bits,
+                                  out + begin * row_bytes);
     });
     p.quantized = out;
     p.quantized_stride = row_bytes;

@@ -1,15 +1,16 @@
-// Integer kernels for 4-bit MLX affine weights on x86 CPUs with AVX-512 VNNI: x quantized to 24-bit fixed
-// point (three int8 digits, a power-of-two unit per 8 columns), multiplied with the u8 codes by vpdpbusd
-// into exact int32 sums, scaled to f32 once per 128 columns. Compiled per Highway target and dispatched at
-// run time: only AVX3_DL (Ice Lake and later: VNNI, VBMI) and newer AVX-512 targets have them; on every
-// other target, and for every other bit width, quantized_integer_kernels() is false and the f32 kernels
-// (quantized_simd.cpp) run.
+// Integer kernels for 4- and 8-bit MLX affine weights on x86 CPUs with AVX-512 VNNI: x quantized to 24-bit
+// fixed point (three int8 digits, a power-of-two unit per 8 columns), multiplied with the u8 codes by
+// vpdpbusd into exact int32 sums, scaled to f32 once per 128 columns. Compiled per Highway target and
+// dispatched at run time: only AVX3_DL (Ice Lake and later: VNNI, VBMI) and newer AVX-512 targets have
+// them; on every other target, and for every other bit width, quantized_integer_kernels() is false and the
+// f32 kernels (quantized_simd.cpp) run.
 //
-// Numerics (what quantized_linear computes for 4-bit weights on these CPUs):
-// - Lanes. A chunk is 128 columns (the last one shorter when K % 128 != 0); its 64 code bytes hold the even
-//   columns in their low nibbles and the odd ones in their high nibbles. vpdpbusd multiplies 4 u8 codes by
-//   4 s8 digits into one int32 lane, so lane l of a chunk covers its columns 8l..8l+7 (a block), which lie
-//   inside one weight group (32, 64 or 128 columns).
+// Numerics (what quantized_linear computes for 4- and 8-bit weights on these CPUs):
+// - Lanes. A chunk is 128 columns (the last one shorter when K % 128 != 0). Its codes are brought into two
+//   u8 vectors of 64, one for the even columns and one for the odd ones: for 4 bits its 64 code bytes'
+//   low and high nibbles, for 8 bits its 128 code bytes permuted (vpermt2b). vpdpbusd multiplies 4 u8 codes
+//   by 4 s8 digits into one int32 lane, so lane l of a chunk covers its columns 8l..8l+7 (a block), which
+//   lie inside one weight group (32, 64 or 128 columns).
 // - x. Block j with M_j = max |x_i| gets a power-of-two unit u_j ≤ 1.008 * 2^-22 M_j, the smallest with
 //   M_j / u_j ≤ 127 * 2^16, and x_i becomes x̂_i = u_j I_i with I_i = round(x_i / u_j) (an exact product
 //   and one rounding to nearest even): |x_i - x̂_i| ≤ u_j / 2 ≤ 1.008 * 2^-23 M_j, close to f32's rounding
@@ -19,23 +20,29 @@
 //   from transformers (the parity tolerance is 0.001); with 24 bits they stay at 2-5e-4, the f32 kernels'
 //   own level, and one large element only costs its 7 neighbours their precision.
 // - I_i = 65536 a_i + 256 b_i + c_i in balanced base-256 digits (a in [-127, 127], b and c in
-//   [-128, 127]). Codes are centered on 8: the weights are s (q - 8) + b' with b' = fma(8, s, b) in f32,
-//   so the lane sums and the bias terms are as large as the products x w themselves, not as the
-//   uncentered s q x and b x that cancel (their f32 rounding would cost 2-3x the f32 kernels' error). The
-//   lane's Σ (q - 8) I = Σ q I - 8 Σ I is exact in int32 (|Σ q I| ≤ 8 * 15 * 127 * 2^16 < 2^30, |8 Σ I|
-//   < 2^29; the prepared row holds -8 Σ I per lane) and rounds once on conversion to f32.
-// - out[m, n] = Σ_g s_g Σ_{i∈g} (q_i - 8) x̂_i + Σ_g b'_g S_g, with S_g = Σ_{i∈g} x_i of the exact x (summed
-//   in double, rounded to f32 once). So |out - exact| ≤ Σ_i |s_g (q_i - 8)| u_j(i) / 2 + the f32 rounding
-//   of three steps per lane and chunk (and of b').
+//   [-128, 127]). Codes are centered on z = 2^(bits - 1) (8 or 128): the weights are s (q - z) + b' with
+//   b' = fma(z, s, b) in f32, so the lane sums and the bias terms are as large as the products x w
+//   themselves, not as the uncentered s q x and b x that cancel (their f32 rounding would cost 2-3x the
+//   f32 kernels' error).
+//   4 bits: the lane's Σ (q - 8) I = Σ q I - 8 Σ I is exact in int32 (|Σ q I| ≤ 8 * 15 * 127 * 2^16 < 2^30,
+//   |8 Σ I| < 2^29; the prepared row holds -8 Σ I per lane) and rounds once on conversion to f32.
+//   8 bits: Σ (q - 128) I (up to 2^33) does not fit int32, so it is kept as 65536 H + L with
+//   H = Σ (q - 128) a and L = Σ (q - 128)(256 b + c), each exact in int32 (|H| < 2^17, |L| < 2^25; the
+//   prepared row holds -128 Σ a and -128 Σ (256 b + c) per lane); f32(L) rounds when |L| > 2^24 (by at
+//   most 2 units u, 2^-8 of the quantization bound below) and fma(f32(H), 65536, f32(L)) once more.
+// - out[m, n] = Σ_g s_g Σ_{i∈g} (q_i - z) x̂_i + Σ_g b'_g S_g, with S_g = Σ_{i∈g} x_i of the exact x
+//   (summed in double, rounded to f32 once). So |out - exact| ≤ Σ_i |s_g (q_i - z)| u_j(i) / 2 + the f32
+//   rounding of three steps (8 bits: four) per lane and chunk (and of b').
 //
 // Reduction order (batch invariance): out[m, n] is one vector of 16 f32 lanes; per chunk in order,
 // acc = fma(f32(lane sum) * s_lane, u_lane, acc), then the b'_g S_g terms, 16 groups per fma, in order;
-// finally one horizontal sum. It depends only on K and the group size: never on M, the row's position,
-// the tile or the thread.
+// finally one horizontal sum. It depends only on K, the bits and the group size: never on M, the row's
+// position, the tile or the thread.
 //
-// Why not 8-bit weights: the f32 kernels already spend only ~8 cycles per 64 code bytes on them (about
-// 40 GB/s of compute on two cores), while 24-bit activations would need 6 vpdpbusd and a split sum per 64
-// codes (a lane of 4 8-bit codes times 24-bit integers overflows int32); no faster, and slower for prefill.
+// Cost: per chunk, weight row and x row, 4 bits take 6 vpdpbusd and 6 other operations, 8 bits 6 vpdpbusd
+// and 7 (plus two byte permutes per weight row): in decode (M = 1) both beat the f32 kernels' unpacking;
+// in prefill the f32 kernels reuse a dequantized panel (one FMA per 16 weights and x row), which 8-bit
+// prefill does not match (see docs/benchmarks.md).
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // Highway 1.0 compiles its AVX3_DL target only on request
 #endif
@@ -67,25 +74,32 @@ constexpr int kLanes = 16;
 // The largest |I| = 127 * 2^16, so that the top digit a stays in [-127, 127].
 constexpr int kMaxInteger = 127 << 16;
 
-// One prepared x row (quantized_integer_prepare_x). Per chunk, 512 bytes: the digits a, b, c as int8
-// vectors of 64 (even columns, then odd columns: the order of the code nibbles; zero past K), the lanes'
-// units (f32 [16]), then the lanes' centering terms -8 Σ I (int32 [16]). After the chunks: the group sums
-// S_g (f32 [K / group], zero-padded to a multiple of 16).
+// One prepared x row (quantized_integer_prepare_x) for `bits`-bit weights. Per chunk: the digits a, b, c as
+// int8 vectors of 64 (even columns, then odd columns: the order of the 4-bit code nibbles, into which the
+// 8-bit kernels permute their codes; zero past K), the lanes' units (f32 [16]), then the lanes' centering
+// terms (int32 [16] each): for 4 bits -8 Σ I, for 8 bits -128 R and -128 Σ a with R = Σ (256 b + c) (so
+// Σ I = 65536 Σ a + R). After the chunks: the group sums S_g (f32 [K / group], zero-padded to a multiple
+// of 16).
 constexpr int64_t kDigitBytes = 3 * 128;
 constexpr int64_t kUnitsOffset = kDigitBytes;
 constexpr int64_t kCenteringOffset = kUnitsOffset + 4 * kLanes;
-constexpr int64_t kChunkBytes = kCenteringOffset + 4 * kLanes;
-static_assert(kChunkBytes % 64 == 0);
+constexpr int64_t kHighCenteringOffset = kCenteringOffset + 4 * kLanes;  // 8 bits only
+
+int64_t integer_chunk_bytes(int bits) {
+  return kCenteringOffset + (bits == 8 ? 2 : 1) * 4 * kLanes;
+}
+static_assert(kCenteringOffset % 64 == 0 && 4 * kLanes == 64);  // chunks stay 64-byte aligned
 
 int64_t round_up(int64_t v, int64_t to) {
   return (v + to - 1) / to * to;
 }
 
 struct IntegerRowLayout {
-  int64_t chunks, sums_offset, bytes;
-  IntegerRowLayout(int64_t k, int group_size) {
+  int64_t chunk_bytes, chunks, sums_offset, bytes;
+  IntegerRowLayout(int64_t k, int group_size, int bits) {
+    chunk_bytes = integer_chunk_bytes(bits);
     chunks = (k + kChunkCols - 1) / kChunkCols;
-    sums_offset = chunks * kChunkBytes;
+    sums_offset = chunks * chunk_bytes;
     bytes = sums_offset + round_up(k / group_size, 16) * 4;
   }
 };
@@ -115,8 +129,9 @@ constexpr int kDecodeCols1 = 8;  // weight rows per decode tile with one x row
 constexpr int kDecodeCols = 4;   // ... with 2 or 4 x rows
 constexpr int kPrefillRows = 4;
 constexpr int kPrefillCols = 4;
-// The code value the kernels center on.
-constexpr int kCenter = 8;
+// The code values the kernels center on (half the code range).
+constexpr int kCenter4 = 8;
+constexpr int kCenter8 = 128;
 
 bool integer_kernels_impl() {
   return true;
@@ -155,9 +170,28 @@ struct DigitIndex {
 };
 constexpr DigitIndex kDigitIndex;
 
-// Writes one x row (k columns, a multiple of 32) in the IntegerRowLayout for `group_size`.
-void prepare_row(const float* x, int64_t k, int group_size, uint8_t* row) {
-  const IntegerRowLayout layout(k, group_size);
+// Writes a chunk's centering terms (see IntegerRowLayout) from its lanes' digit sums Σ a, Σ b, Σ c (each
+// at most 8 * 128 in magnitude): for 4 bits -8 Σ I (|Σ I| ≤ 8 * 127 * 2^16), for 8 bits -128 R
+// (|R| ≤ 8 * 32896) and -128 Σ a.
+HWY_INLINE void store_centering(const __m512i (&digit_sums)[3], int bits, uint8_t* chunk) {
+  const __m512i zero = _mm512_setzero_si512();
+  // R = 256 Σ b + Σ c, Σ I = 65536 Σ a + R.
+  const __m512i r = _mm512_add_epi32(_mm512_slli_epi32(digit_sums[1], 8), digit_sums[2]);
+  if (bits == 4) {
+    static_assert(kCenter4 == 1 << 3);
+    const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(digit_sums[0], 16), r);
+    _mm512_store_si512(chunk + kCenteringOffset, _mm512_sub_epi32(zero, _mm512_slli_epi32(sum, 3)));
+  } else {
+    static_assert(kCenter8 == 1 << 7);
+    _mm512_store_si512(chunk + kCenteringOffset, _mm512_sub_epi32(zero, _mm512_slli_epi32(r, 7)));
+    _mm512_store_si512(chunk + kHighCenteringOffset,
+                       _mm512_sub_epi32(zero, _mm512_slli_epi32(digit_sums[0], 7)));
+  }
+}
+
+// Writes one x row (k columns, a multiple of 32) in the IntegerRowLayout for `group_size` and `bits`.
+void prepare_row(const float* x, int64_t k, int group_size, int bits, uint8_t* row) {
+  const IntegerRowLayout layout(k, group_size, bits);
   auto* sums = reinterpret_cast<float*>(row + layout.sums_offset);
   __m512i digit_index[6];
   for (int j = 0; j < 6; ++j) digit_index[j] = _mm512_load_si512(kDigitIndex.bytes[j]);
@@ -170,7 +204,7 @@ void prepare_row(const float* x, int64_t k, int group_size, uint8_t* row) {
   for (int64_t c = 0; c < layout.chunks; ++c) {
     const int64_t col0 = c * kChunkCols;
     const int vectors = static_cast<int>(std::min<int64_t>(kChunkCols, k - col0) / 16);
-    uint8_t* chunk = row + c * kChunkBytes;
+    uint8_t* chunk = row + c * layout.chunk_bytes;
     // In balanced base 256 the digits of I are bytes: c is byte 0 of I (as a signed byte), b byte 1 of
     // I + 128, a byte 2 of I + 32896. Each pair of 16-column vectors (32 columns) fills 16 bytes of every
     // digit vector by a masked byte permutation (zero past K).
@@ -201,13 +235,12 @@ void prepare_row(const float* x, int64_t k, int group_size, uint8_t* row) {
               _mm512_permutex2var_epi8(shifted[0][d], digit_index[2 * d + parity], shifted[1][d]));
     }
     auto* out = reinterpret_cast<int8_t*>(chunk);
-    __m512i lane_sum = _mm512_setzero_si512();  // Σ I over each lane's 8 columns, from the digits
+    __m512i digit_sums[3];  // Σ a, Σ b, Σ c over each lane's 8 columns
     for (int d = 0; d < 3; ++d) {
       _mm512_store_si512(out + 128 * d, digits[2 * d]);
       _mm512_store_si512(out + 128 * d + 64, digits[2 * d + 1]);
-      if (d > 0) lane_sum = _mm512_slli_epi32(lane_sum, 8);
-      lane_sum =
-          _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(lane_sum, ones, digits[2 * d]), ones, digits[2 * d + 1]);
+      digit_sums[d] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, digits[2 * d]),
+                                          ones, digits[2 * d + 1]);
     }
     // The lanes' units: columns 0 and 8 of each 16-column vector (every column of a block has its unit).
     __m512 pairs[4];
@@ -216,10 +249,7 @@ void prepare_row(const float* x, int64_t k, int group_size, uint8_t* row) {
     const __m512 high_lanes = _mm512_permutex2var_ps(pairs[2], join_quarters, pairs[3]);
     _mm512_store_ps(reinterpret_cast<float*>(chunk + kUnitsOffset),
                     _mm512_permutex2var_ps(low_lanes, join_halves, high_lanes));
-    // -8 Σ I (|Σ I| ≤ 8 * 127 * 2^16).
-    static_assert(kCenter == 1 << 3);
-    _mm512_store_si512(chunk + kCenteringOffset,
-                       _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(lane_sum, 3)));
+    store_centering(digit_sums, bits, chunk);
   }
   // S_g summed in double (in a fixed order) and rounded once: the bias term b'_g S_g must not carry the
   // error of an f32 sum, which is relative to Σ|x|.
@@ -235,9 +265,9 @@ void prepare_row(const float* x, int64_t k, int group_size, uint8_t* row) {
 }
 
 void integer_prepare_x_impl(const float* x, int64_t x_stride, int64_t rows, int64_t k, int group_size,
-                            uint8_t* out) {
-  const int64_t row_bytes = IntegerRowLayout(k, group_size).bytes;
-  for (int64_t r = 0; r < rows; ++r) prepare_row(x + r * x_stride, k, group_size, out + r * row_bytes);
+                            int bits, uint8_t* out) {
+  const int64_t row_bytes = IntegerRowLayout(k, group_size, bits).bytes;
+  for (int64_t r = 0; r < rows; ++r) prepare_row(x + r * x_stride, k, group_size, bits, out + r * row_bytes);
 }
 
 // ---- Tiles --------------------------------------------------------------------------------------------
@@ -260,7 +290,7 @@ void widen(const void* src, DType type, int64_t offset, int64_t count, float* ds
   _mm512_store_ps(dst + round_up(count, 16), _mm512_setzero_ps());
 }
 
-// The f32 scales s and centered biases b' = fma(8, s, b) of a block's weight rows, widened once for all
+// The f32 scales s and centered biases b' = fma(center, s, b) of a block's weight rows, widened once for all
 // its tiles: row j's groups at scales + j * stride and biases + j * stride, zero past K / group (the
 // chunk loads read up to 16 floats from a chunk's first group).
 struct WidenedRows {
@@ -281,7 +311,7 @@ WidenedRows widen_rows(const QuantizedMatrix& w, int64_t n0, int64_t n1) {
   }
   float* scales = buffer.get();
   float* biases = scales + rows * stride;
-  const __m512 center = _mm512_set1_ps(kCenter);
+  const __m512 center = _mm512_set1_ps(w.bits == 8 ? kCenter8 : kCenter4);
   for (int64_t j = 0; j < rows; ++j) {
     float* s = scales + j * stride;
     float* b = biases + j * stride;
@@ -324,10 +354,10 @@ HWY_INLINE __m512 horizontal_sums_4x4(const __m512 (&acc)[4][4]) {
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
 }
 
-// One weight row's codes for one chunk, unpacked: lo and hi the low and high nibbles (even and odd
-// columns), scale the lanes' scales.
+// One weight row's codes for one chunk in the digits' column order: even and odd the codes of the even and
+// odd columns (byte 16 p + j of `even`: column 32 p + 2 j; zero past K), scale the lanes' scales.
 struct ChunkCodes {
-  __m512i lo, hi;
+  __m512i even, odd;
   __m512 scale;
 };
 
@@ -342,36 +372,97 @@ HWY_INLINE ChunkDigits load_digits(const uint8_t* chunk) {
   return x;
 }
 
-// acc + f32(Σ (q - 8) I) * s_lane * u_lane for one (x row, weight row, chunk). Σ (q - 8) I =
-// ((Σ q a) * 256 + Σ q b) * 256 + (-8 Σ I + Σ q c) per lane, exact in int32 (two independent dot-product
-// chains, so the tile's latency hides); then acc = fma(f32(that) * s_lane, u_lane, acc).
+// kEvenOddIndex.bytes[parity]: the permutation of 128 code bytes (two vectors) into the digits' order:
+// byte 16 p + j of the result is code 32 p + 2 j + parity.
+struct EvenOddIndex {
+  alignas(64) uint8_t bytes[2][64];
+  constexpr EvenOddIndex() : bytes{} {
+    for (int parity = 0; parity < 2; ++parity)
+      for (int byte = 0; byte < 64; ++byte)
+        bytes[parity][byte] = static_cast<uint8_t>(32 * (byte / 16) + 2 * (byte % 16) + parity);
+  }
+};
+constexpr EvenOddIndex kEvenOddIndex;
+
+// Loads one weight row's codes for the chunk of `cols` columns (32, 64, 96 or 128) at `codes` (the chunk's
+// first code byte) in the digits' column order, prefetching `ahead` bytes further on (into L2) when asked.
+// 4 bits: one 64-byte load; low nibbles are the even columns, high nibbles the odd ones. 8 bits: two
+// 64-byte loads, permuted into even and odd columns.
+template <int Bits>
+HWY_INLINE ChunkCodes load_codes(const uint8_t* codes, int64_t cols, bool prefetch, uintptr_t ahead) {
+  ChunkCodes w;
+  if constexpr (Bits == 4) {
+    const __mmask64 mask = cols == kChunkCols ? ~__mmask64{0} : (__mmask64{1} << (cols / 2)) - 1;
+    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(codes + ahead), _MM_HINT_T1);
+    const __m512i v = _mm512_maskz_loadu_epi8(mask, codes);
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    w.even = _mm512_and_si512(v, nibble);
+    w.odd = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+  } else {
+    static_assert(Bits == 8);
+    auto mask = [](int64_t bytes) {
+      return bytes >= 64 ? ~__mmask64{0} : bytes <= 0 ? __mmask64{0} : (__mmask64{1} << bytes) - 1;
+    };
+    if (prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(codes + ahead), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(codes + ahead + 64), _MM_HINT_T1);
+    }
+    const __m512i low = _mm512_maskz_loadu_epi8(mask(cols), codes);
+    const __m512i high = _mm512_maskz_loadu_epi8(mask(cols - 64), codes + 64);
+    w.even = _mm512_permutex2var_epi8(low, _mm512_load_si512(kEvenOddIndex.bytes[0]), high);
+    w.odd = _mm512_permutex2var_epi8(low, _mm512_load_si512(kEvenOddIndex.bytes[1]), high);
+  }
+  return w;
+}
+
+// acc + f32(Σ (q - center) I) * s_lane * u_lane for one (x row, weight row, chunk).
+// 4 bits: Σ (q - 8) I = ((Σ q a) * 256 + Σ q b) * 256 + (-8 Σ I + Σ q c) per lane, exact in int32 (two
+// independent dot-product chains, so the tile's latency hides), rounded once to f32.
+// 8 bits: Σ (q - 128) I = 65536 H + L overflows int32, so its parts stay apart: H = -128 Σ a + Σ q a
+// (|H| ≤ 8 * 128 * 127) and L = (Σ q b) * 256 + (-128 R + Σ q c) = Σ (q - 128)(256 b + c) (|L| ≤
+// 8 * 128 * 32896 < 2^25), both exact in int32; f32(H) * 65536 is exact, f32(L) rounds when |L| > 2^24,
+// and their sum rounds once (one fma).
+// Then acc = fma(f32(that) * s_lane, u_lane, acc).
+template <int Bits>
 HWY_INLINE __m512 accumulate(const ChunkCodes& w, const ChunkDigits& x, const uint8_t* chunk, __m512 acc) {
-  __m512i ia = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo, x.d[0]);
-  __m512i ic = _mm512_dpbusd_epi32(_mm512_load_si512(chunk + kCenteringOffset), w.lo, x.d[4]);
-  ia = _mm512_dpbusd_epi32(ia, w.hi, x.d[1]);
-  ic = _mm512_dpbusd_epi32(ic, w.hi, x.d[5]);
-  __m512i i = _mm512_dpbusd_epi32(_mm512_slli_epi32(ia, 8), w.lo, x.d[2]);
-  i = _mm512_dpbusd_epi32(i, w.hi, x.d[3]);
-  i = _mm512_add_epi32(_mm512_slli_epi32(i, 8), ic);
-  const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(i), w.scale);
+  __m512 sum;
+  if constexpr (Bits == 4) {
+    __m512i ia = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.even, x.d[0]);
+    __m512i ic = _mm512_dpbusd_epi32(_mm512_load_si512(chunk + kCenteringOffset), w.even, x.d[4]);
+    ia = _mm512_dpbusd_epi32(ia, w.odd, x.d[1]);
+    ic = _mm512_dpbusd_epi32(ic, w.odd, x.d[5]);
+    __m512i i = _mm512_dpbusd_epi32(_mm512_slli_epi32(ia, 8), w.even, x.d[2]);
+    i = _mm512_dpbusd_epi32(i, w.odd, x.d[3]);
+    i = _mm512_add_epi32(_mm512_slli_epi32(i, 8), ic);
+    sum = _mm512_cvtepi32_ps(i);
+  } else {
+    __m512i high = _mm512_dpbusd_epi32(_mm512_load_si512(chunk + kHighCenteringOffset), w.even, x.d[0]);
+    __m512i ib = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.even, x.d[2]);
+    __m512i ic = _mm512_dpbusd_epi32(_mm512_load_si512(chunk + kCenteringOffset), w.even, x.d[4]);
+    high = _mm512_dpbusd_epi32(high, w.odd, x.d[1]);
+    ib = _mm512_dpbusd_epi32(ib, w.odd, x.d[3]);
+    ic = _mm512_dpbusd_epi32(ic, w.odd, x.d[5]);
+    const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(ib, 8), ic);
+    sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+  }
+  const __m512 t = _mm512_mul_ps(sum, w.scale);
   return _mm512_fmadd_ps(t, _mm512_load_ps(reinterpret_cast<const float*>(chunk + kUnitsOffset)), acc);
 }
 
 // out[m + r, n + c] for r < R, c < C over the whole K; wr holds the widened scales and biases of rows n..
 // prefetch: fetch the next tile's codes (rows n + C, ...) into L2 as the tile goes (decode streams each
 // weight once).
-template <int R, int C>
+template <int Bits, int R, int C>
 HWY_NOINLINE void integer_tile(const QuantizedLinearArgs& a, int64_t m, int64_t n, const WidenedRows& wr,
                                bool prefetch) {
   const QuantizedMatrix& w = a.w;
   const int64_t k = w.k, groups = w.groups_per_row();
-  const IntegerRowLayout layout(k, w.group_size);
+  const IntegerRowLayout layout(k, w.group_size, Bits);
   const int64_t row_bytes = w.words_per_row() * 4;
   const uint8_t* x_row[R];
   for (int r = 0; r < R; ++r) x_row[r] = a.xq + (m + r) * a.xq_stride;
   const uint8_t* codes = reinterpret_cast<const uint8_t*>(w.codes) + n * row_bytes;
-  const uintptr_t next_codes = reinterpret_cast<uintptr_t>(codes) + static_cast<uintptr_t>(C * row_bytes);
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const auto ahead = static_cast<uintptr_t>(C * row_bytes);    // from a row to the next tile's
   const int64_t groups_per_chunk = kChunkCols / w.group_size;  // the last chunk may hold fewer
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r)
@@ -379,23 +470,17 @@ HWY_NOINLINE void integer_tile(const QuantizedLinearArgs& a, int64_t m, int64_t 
 
   for (int64_t chunk = 0; chunk < layout.chunks; ++chunk) {
     const int64_t col = chunk * kChunkCols, cols = std::min(kChunkCols, k - col);
-    // One 64-byte load per weight row: low nibbles are the even columns, high nibbles the odd ones.
-    const __mmask64 mask = cols == kChunkCols ? ~__mmask64{0} : (__mmask64{1} << (cols / 2)) - 1;
     ChunkCodes wc[C];
     for (int c = 0; c < C; ++c) {
-      const uint8_t* p = codes + c * row_bytes + col / 2;
-      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(next_codes + (p - codes)), _MM_HINT_T1);
-      const __m512i v = _mm512_maskz_loadu_epi8(mask, p);
-      wc[c].lo = _mm512_and_si512(v, nibble);
-      wc[c].hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+      wc[c] = load_codes<Bits>(codes + c * row_bytes + col * Bits / 8, cols, prefetch, ahead);
       wc[c].scale = _mm512_permutexvar_ps(
           wr.lane_group, _mm512_loadu_ps(wr.scales + c * wr.stride + chunk * groups_per_chunk));
     }
     // x row by x row: its digits are loaded once for the C weight rows.
     for (int r = 0; r < R; ++r) {
-      const uint8_t* x_chunk = x_row[r] + chunk * kChunkBytes;
+      const uint8_t* x_chunk = x_row[r] + chunk * layout.chunk_bytes;
       const ChunkDigits xd = load_digits(x_chunk);
-      for (int c = 0; c < C; ++c) acc[r][c] = accumulate(wc[c], xd, x_chunk, acc[r][c]);
+      for (int c = 0; c < C; ++c) acc[r][c] = accumulate<Bits>(wc[c], xd, x_chunk, acc[r][c]);
     }
   }
   // Σ_g b'_g S_g (the widened b' and the sums are zero past the groups).
@@ -419,7 +504,7 @@ HWY_NOINLINE void integer_tile(const QuantizedLinearArgs& a, int64_t m, int64_t 
 }
 
 // Rows [n0, n1) for x rows m..m+R-1: tiles of C weight rows, then single rows. wr: rows n0...
-template <int R, int C>
+template <int Bits, int R, int C>
 void tile_row(const QuantizedLinearArgs& a, int64_t m, int64_t n0, int64_t n1, const WidenedRows& wr,
               bool prefetch) {
   int64_t n = n0;
@@ -427,38 +512,47 @@ void tile_row(const QuantizedLinearArgs& a, int64_t m, int64_t n0, int64_t n1, c
     return WidenedRows{wr.scales + (row - n0) * wr.stride, wr.biases + (row - n0) * wr.stride, wr.stride,
                        wr.lane_group};
   };
-  for (; n + C <= n1; n += C) integer_tile<R, C>(a, m, n, at(n), prefetch);
-  for (; n < n1; ++n) integer_tile<R, 1>(a, m, n, at(n), prefetch);
+  for (; n + C <= n1; n += C) integer_tile<Bits, R, C>(a, m, n, at(n), prefetch);
+  for (; n < n1; ++n) integer_tile<Bits, R, 1>(a, m, n, at(n), prefetch);
 }
 
-void integer_block_impl(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-  if (m1 <= m0 || n1 <= n0) return;
-  assert(a.w.bits == 4);
+template <int Bits>
+void integer_block(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const WidenedRows wr = widen_rows(a.w, n0, n1);
   int64_t m = m0;
   if (m1 - m0 < kPrefillMinRows) {
     // Decode: each x-row tile streams the block's weight rows (from DRAM for the first, L2 after).
-    for (; m + 4 <= m1; m += 4) tile_row<4, kDecodeCols>(a, m, n0, n1, wr, true);
-    for (; m + 2 <= m1; m += 2) tile_row<2, kDecodeCols>(a, m, n0, n1, wr, true);
-    for (; m < m1; ++m) tile_row<1, kDecodeCols1>(a, m, n0, n1, wr, true);
+    for (; m + 4 <= m1; m += 4) tile_row<Bits, 4, kDecodeCols>(a, m, n0, n1, wr, true);
+    for (; m + 2 <= m1; m += 2) tile_row<Bits, 2, kDecodeCols>(a, m, n0, n1, wr, true);
+    for (; m < m1; ++m) tile_row<Bits, 1, kDecodeCols1>(a, m, n0, n1, wr, true);
     return;
   }
   // Prefill: an x tile (R rows) stays in L1/L2 while the block's weight rows pass.
   static_assert(kPrefillRows == 4);
   for (; m + kPrefillRows <= m1; m += kPrefillRows)
-    tile_row<kPrefillRows, kPrefillCols>(a, m, n0, n1, wr, false);
+    tile_row<Bits, kPrefillRows, kPrefillCols>(a, m, n0, n1, wr, false);
   switch (m1 - m) {
     case 3:
-      tile_row<3, kPrefillCols>(a, m, n0, n1, wr, false);
+      tile_row<Bits, 3, kPrefillCols>(a, m, n0, n1, wr, false);
       break;
     case 2:
-      tile_row<2, kPrefillCols>(a, m, n0, n1, wr, false);
+      tile_row<Bits, 2, kPrefillCols>(a, m, n0, n1, wr, false);
       break;
     case 1:
-      tile_row<1, kPrefillCols>(a, m, n0, n1, wr, false);
+      tile_row<Bits, 1, kPrefillCols>(a, m, n0, n1, wr, false);
       break;
     default:
       break;
+  }
+}
+
+void integer_block_impl(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (m1 <= m0 || n1 <= n0) return;
+  assert(a.w.bits == 4 || a.w.bits == 8);
+  if (a.w.bits == 4) {
+    integer_block<4>(a, m0, m1, n0, n1);
+  } else {
+    integer_block<8>(a, m0, m1, n0, n1);
   }
 }
 
@@ -469,7 +563,7 @@ void integer_block_impl(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, in
 bool integer_kernels_impl() {
   return false;
 }
-void integer_prepare_x_impl(const float*, int64_t, int64_t, int64_t, int, uint8_t*) {
+void integer_prepare_x_impl(const float*, int64_t, int64_t, int64_t, int, int, uint8_t*) {
   assert(false && "integer kernels unavailable on this target");
 }
 void integer_block_impl(const QuantizedLinearArgs&, int64_t, int64_t, int64_t, int64_t) {
@@ -507,17 +601,18 @@ void set_quantized_integer_kernels(bool enabled) {
 bool quantized_integer_kernels(int bits) {
   // The CPU check backs up Highway's: its AVX3_DL detection requires VNNI, but its target string does not.
   static const bool cpu_has_vnni = __builtin_cpu_supports("avx512vnni");
-  return bits == 4 && cpu_has_vnni && integer_kernels_enabled().load(std::memory_order_relaxed) &&
+  return (bits == 4 || bits == 8) && cpu_has_vnni &&
+         integer_kernels_enabled().load(std::memory_order_relaxed) &&
          HWY_DYNAMIC_DISPATCH(integer_kernels_impl)();
 }
 
-int64_t quantized_integer_row_bytes(int64_t k, int group_size) {
-  return IntegerRowLayout(k, group_size).bytes;
+int64_t quantized_integer_row_bytes(int64_t k, int group_size, int bits) {
+  return IntegerRowLayout(k, group_size, bits).bytes;
 }
 
 void quantized_integer_prepare_x(const float* x, int64_t x_stride, int64_t rows, int64_t k, int group_size,
-                                 uint8_t* out) {
-  HWY_DYNAMIC_DISPATCH(integer_prepare_x_impl)(x, x_stride, rows, k, group_size, out);
+                                 int bits, uint8_t* out) {
+  HWY_DYNAMIC_DISPATCH(integer_prepare_x_impl)(x, x_stride, rows, k, group_size, bits, out);
 }
 
 void quantized_integer_block(const QuantizedLinearArgs& args, int64_t m0, int64_t m1, int64_t n0,
