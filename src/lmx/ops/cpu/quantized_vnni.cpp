@@ -468,19 +468,30 @@ HWY_NOINLINE void integer_tile(const QuantizedLinearArgs& a, int64_t m, int64_t 
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
 
+  auto weight_chunk = [&](int c, int64_t chunk, int64_t col, int64_t cols) {
+    ChunkCodes wc = load_codes<Bits>(codes + c * row_bytes + col * Bits / 8, cols, prefetch, ahead);
+    wc.scale = _mm512_permutexvar_ps(wr.lane_group,
+                                     _mm512_loadu_ps(wr.scales + c * wr.stride + chunk * groups_per_chunk));
+    return wc;
+  };
   for (int64_t chunk = 0; chunk < layout.chunks; ++chunk) {
     const int64_t col = chunk * kChunkCols, cols = std::min(kChunkCols, k - col);
-    ChunkCodes wc[C];
-    for (int c = 0; c < C; ++c) {
-      wc[c] = load_codes<Bits>(codes + c * row_bytes + col * Bits / 8, cols, prefetch, ahead);
-      wc[c].scale = _mm512_permutexvar_ps(
-          wr.lane_group, _mm512_loadu_ps(wr.scales + c * wr.stride + chunk * groups_per_chunk));
-    }
-    // x row by x row: its digits are loaded once for the C weight rows.
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* x_chunk = x_row[r] + chunk * layout.chunk_bytes;
+    if constexpr (R == 1) {
+      // One x row: each weight row's codes are used once, right after their load (the same operations as
+      // below; keeping C rows' codes and scales live at once spilled them to the stack).
+      const uint8_t* x_chunk = x_row[0] + chunk * layout.chunk_bytes;
       const ChunkDigits xd = load_digits(x_chunk);
-      for (int c = 0; c < C; ++c) acc[r][c] = accumulate<Bits>(wc[c], xd, x_chunk, acc[r][c]);
+      for (int c = 0; c < C; ++c)
+        acc[0][c] = accumulate<Bits>(weight_chunk(c, chunk, col, cols), xd, x_chunk, acc[0][c]);
+    } else {
+      ChunkCodes wc[C];
+      for (int c = 0; c < C; ++c) wc[c] = weight_chunk(c, chunk, col, cols);
+      // x row by x row: its digits are loaded once for the C weight rows.
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* x_chunk = x_row[r] + chunk * layout.chunk_bytes;
+        const ChunkDigits xd = load_digits(x_chunk);
+        for (int c = 0; c < C; ++c) acc[r][c] = accumulate<Bits>(wc[c], xd, x_chunk, acc[r][c]);
+      }
     }
   }
   // Σ_g b'_g S_g (the widened b' and the sums are zero past the groups).
