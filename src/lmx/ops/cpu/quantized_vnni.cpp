@@ -527,24 +527,8 @@ void tile_row(const QuantizedLinearArgs& a, int64_t m, int64_t n0, int64_t n1, c
   for (; n < n1; ++n) integer_tile<Bits, R, 1>(a, m, n, at(n), prefetch);
 }
 
-// Weight rows whose scales and biases are widened at a time (a multiple of every tile width): their f32
-// copies (≤ 64 * 8 bytes per group) stay in L2 while the rows' tiles run. Widening a whole block at once
-// wrote and re-read up to 50 MB (the LM head) through DRAM: ~10 % of a decode step.
-constexpr int64_t kWidenRows = 64;
-static_assert(kWidenRows % kDecodeCols1 == 0 && kWidenRows % kDecodeCols == 0 && kWidenRows % kPrefillCols == 0);
-
-template <int Bits>
-void integer_rows(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
-
 template <int Bits>
 void integer_block(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; n += kWidenRows) integer_rows<Bits>(a, m0, m1, n, std::min(n1, n + kWidenRows));
-}
-
-// x rows [m0, m1) against weight rows [n0, n1): tiles of x rows (decode: 4, 2, 1; prefill: 4, then the
-// rest), each over the weight rows in tiles of C.
-template <int Bits>
-void integer_rows(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const WidenedRows wr = widen_rows(a.w, n0, n1);
   int64_t m = m0;
   if (m1 - m0 < kPrefillMinRows) {
