@@ -30,7 +30,10 @@ def read_kernels(path):
         unit = row.get("Metric Unit", "nsecond")
         if unit not in UNIT_TO_US:
             sys.exit(f"kernel_times: unknown duration unit {unit!r}")
-        value = float(row["Metric Value"].replace(",", ""))
+        try:
+            value = float(row["Metric Value"].replace(",", ""))
+        except ValueError:
+            sys.exit(f"kernel_times: bad duration {row['Metric Value']!r} for kernel {row.get('Kernel Name')!r}")
         grid = row.get("Grid Size", "").replace(" ", "")
         kernels.append((f'{short_name(row["Kernel Name"])} {grid}', value * UNIT_TO_US[unit]))
     return kernels
@@ -39,6 +42,7 @@ def read_kernels(path):
 def short_name(name):
     """Kernel name without namespaces, argument lists and long template arguments."""
     name = re.sub(r"\(.*\)$", "", name.strip())
+    name = re.sub(r"<unnamed>::|\(anonymous namespace\)::", "", name)
     base = name.split("<", 1)[0].split("::")[-1]
     args = name[len(name.split("<", 1)[0]):]
     args = re.sub(r"lmx::cuda::(linear::)?", "", args)
