@@ -11,14 +11,15 @@
 // truncation, generous for Hopper's accumulator) + 2^-6 * max|x̃ w̃| (a few one-ulp weight differences).
 // Against the CPU op (exact f32 weights and x; VNNI CPUs quantize x to 16 bits): 2^-7 Σ|x w| covers both
 // bf16 roundings, plus 2e-5 max|x| Σ|w| for the CPU's x quantization.
+#include "lmx/ops/cuda/linear.h"
 #include "lmx/core/half.h"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
-#include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/ops.h"
 #include "lmx/ops/quantized.h"
 #include "lmx/quant/affine.h"
+#include "support/quantized_weights.h"
 #include "support/test_support.h"
 #include "unit/ops/reference.h"
 
@@ -46,31 +47,6 @@ constexpr DType kScaleTypes[] = {DType::kBF16, DType::kF16, DType::kF32};
 constexpr uint32_t kSentinelBits = 0x7fa5a5a5u;  // a NaN payload no op produces
 
 float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
-
-// A random [N, K] weight: arbitrary codes with random scales of both signs and random biases, or the MLX
-// quantization of random values (as the CPU tests build them).
-ops::QuantizedWeight random_weight(int64_t n, int64_t k, int bits, int group, DType scale_type, bool arbitrary) {
-  ops::QuantizedWeight w;
-  w.bits = bits;
-  w.group_size = group;
-  if (arbitrary) {
-    w.codes = Tensor::zeros({n, k * bits / 32}, DType::kU32);
-    std::uniform_int_distribution<uint32_t> pick;
-    for (auto& c : w.codes.span<uint32_t>()) c = pick(test::rng());
-    w.scales = test::random_tensor({n, k / group}, scale_type, -0.1f, 0.1f);
-    w.biases = test::random_tensor({n, k / group}, scale_type, -0.5f, 0.5f);
-  } else {
-    const auto q = quant::quantize_affine(test::random_tensor({n, k}), bits, group, scale_type);
-    w.codes = q.codes;
-    w.scales = q.scales;
-    w.biases = q.biases;
-  }
-  return w;
-}
-
-Tensor dequantized(const ops::QuantizedWeight& w) {
-  return quant::dequantize_affine({w.codes, w.scales, w.biases, w.bits, w.group_size});
-}
 
 // A quantized weight on the device. code_offset shifts the codes inside their buffer (4-byte steps) to
 // exercise the unaligned path.
@@ -238,10 +214,11 @@ TEST_F(CudaLinear, QuantizedMatchesReferenceForEveryFormat) {
         Shape2 shape = shapes[turn % 6];
         if (shape.k % group != 0) shape.k = group * ((shape.k + group - 1) / group);
         ++turn;
-        const ops::QuantizedWeight w = random_weight(shape.n, shape.k, bits, group, sdt, turn % 2 == 0);
+        const ops::QuantizedWeight w =
+            test::random_quantized_weight({shape.n, shape.k}, bits, group, sdt, turn % 2 == 0);
         const DeviceQuantizedWeight dw = upload(w);
         const Tensor x = test::random_tensor({130, shape.k});
-        const Reference ref = reference(x, dequantized(w));
+        const Reference ref = reference(x, test::dequantized(w));
         const Tensor cpu = ops::quantized_linear(x, w);
         const int64_t x_stride = shape.k + (turn % 3 == 0 ? 3 : 4 * (turn % 3));  // odd strides: scalar x loads
         const DeviceBuffer dx = upload_x(x, x_stride);
@@ -267,10 +244,10 @@ TEST_F(CudaLinear, QuantizedMatchesReferenceForEveryFormat) {
 TEST_F(CudaLinear, QuantizedUnalignedCodesTakeThePackedPath) {
   // 4- and 8-bit codes at a 4-byte (not 16-byte) aligned address: same values within tolerance.
   for (int bits : {4, 8}) {
-    const ops::QuantizedWeight w = random_weight(45, 640, bits, 64, DType::kBF16, true);
+    const ops::QuantizedWeight w = test::random_quantized_weight({45, 640}, bits, 64, DType::kBF16, true);
     const DeviceQuantizedWeight dw = upload(w, 4);
     const Tensor x = test::random_tensor({70, 640});
-    const Reference ref = reference(x, dequantized(w));
+    const Reference ref = reference(x, test::dequantized(w));
     const DeviceBuffer dx = upload_x(x, 640);
     for (int64_t m : {1, 5, 70}) {
       const std::vector<float> out = quantized(dx, 640, 0, m, dw.view, 45);
@@ -313,7 +290,8 @@ TEST_F(CudaLinear, QuantizedBatchInvariance) {
   for (const Case& c : {Case{4, 64, 300, 4096}, Case{8, 32, 70, ragged_k(32)}, Case{3, 128, 130, 1152},
                         Case{4, 32, 1000, 2560}, Case{6, 64, 17, 448}, Case{4, 64, 77, ragged_k(64)},
                         Case{4, 128, 40, 65536}}) {
-    const ops::QuantizedWeight w = random_weight(c.n, c.k, c.bits, c.group, DType::kBF16, true);
+    const ops::QuantizedWeight w =
+        test::random_quantized_weight({c.n, c.k}, c.bits, c.group, DType::kBF16, true);
     const DeviceQuantizedWeight dw = upload(w);
     check_batch_invariance(
         c.k, c.n,
@@ -406,7 +384,8 @@ TEST_F(CudaLinear, QuantizedEmbeddingMatchesCpuExactly) {
       for (DType sdt : kScaleTypes) {
         const int64_t vocab = 37, dim = group * (1 + turn % 4);
         ++turn;
-        const ops::QuantizedWeight table = random_weight(vocab, dim, bits, group, sdt, turn % 2 == 0);
+        const ops::QuantizedWeight table =
+            test::random_quantized_weight({vocab, dim}, bits, group, sdt, turn % 2 == 0);
         const DeviceQuantizedWeight dt = upload(table);
         std::vector<int32_t> ids = {0, 36, 5, 5, 17, 0, 23};
         const DeviceBuffer dids = cuda::upload_vector(ids);
@@ -424,7 +403,7 @@ TEST_F(CudaLinear, QuantizedEmbeddingMatchesCpuExactly) {
 }
 
 TEST_F(CudaLinear, ArgumentErrors) {
-  const ops::QuantizedWeight w = random_weight(4, 64, 4, 64, DType::kBF16, true);
+  const ops::QuantizedWeight w = test::random_quantized_weight({4, 64}, 4, 64, DType::kBF16, true);
   DeviceQuantizedWeight dw = upload(w);
   DeviceBuffer x(64 * sizeof(float)), out(4 * sizeof(float));
   cuda::DeviceQuantized bad = dw.view;

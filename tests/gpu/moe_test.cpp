@@ -10,6 +10,7 @@
 #include "lmx/ops/ops.h"
 #include "lmx/ops/quantized.h"
 #include "lmx/quant/affine.h"
+#include "support/quantized_weights.h"
 #include "support/test_support.h"
 
 #include <cuda_runtime.h>
@@ -221,22 +222,6 @@ ops::QuantizedWeight quantized_stack(int64_t e, int64_t n, int64_t k, int bits, 
   return w;
 }
 
-// An [E, N, K] stack with uniform random codes and random scales/biases (|w| ≲ 1): quantize_affine over
-// a Gemma-sized f32 stack would need gigabytes.
-ops::QuantizedWeight random_codes_stack(int64_t e, int64_t n, int64_t k, int bits, int group,
-                                        DType scale_dtype) {
-  ops::QuantizedWeight w;
-  w.bits = bits;
-  w.group_size = group;
-  w.codes = Tensor::zeros({e, n, k * bits / 32}, DType::kU32);
-  std::uniform_int_distribution<uint32_t> pick;
-  for (uint32_t& c : w.codes.span<uint32_t>()) c = pick(test::rng());
-  const float step = 1.0f / static_cast<float>(1 << bits);
-  w.scales = test::random_tensor({e, n, k / group}, scale_dtype, -step, step);
-  w.biases = test::random_tensor({e, n, k / group}, scale_dtype, -0.3f, 0.3f);
-  return w;
-}
-
 struct QuantizedMoe {
   ops::QuantizedWeight gate, up, down;
   DeviceQuantizedStack d_gate, d_up, d_down;
@@ -357,9 +342,9 @@ TEST_F(CudaMoeTest, QuantizedGemmaShapes) {
   constexpr int64_t kHidden = 2816, kInter = 704;
   constexpr int kExperts = 128, kTopK = 8;
   QuantizedMoe m;
-  m.gate = random_codes_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
-  m.up = random_codes_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
-  m.down = random_codes_stack(kExperts, kHidden, kInter, 4, 64, DType::kBF16);
+  m.gate = test::random_expert_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
+  m.up = test::random_expert_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
+  m.down = test::random_expert_stack(kExperts, kHidden, kInter, 4, 64, DType::kBF16);
   m.d_gate = upload_quantized(m.gate);
   m.d_up = upload_quantized(m.up);
   m.d_down = upload_quantized(m.down);

@@ -8,6 +8,7 @@
 #include "lmx/ops/ops.h"
 #include "lmx/ops/quantized.h"
 #include "lmx/quant/affine.h"
+#include "support/quantized_weights.h"
 #include "support/test_support.h"
 #include "unit/ops/reference.h"
 
@@ -27,35 +28,6 @@ using test::kF32Eps;
 constexpr int kBits[] = {2, 3, 4, 5, 6, 8};
 constexpr int kGroups[] = {32, 64, 128};
 constexpr DType kScaleTypes[] = {DType::kBF16, DType::kF16, DType::kF32};
-
-// A random [.., N, K] weight: either arbitrary codes (every word is a valid bit stream) with random
-// scales of both signs and random biases, or the MLX quantization of random values.
-ops::QuantizedWeight random_weight(const Shape& shape, int bits, int group, DType scale_type,
-                                   bool arbitrary_codes) {
-  ops::QuantizedWeight w;
-  w.bits = bits;
-  w.group_size = group;
-  if (arbitrary_codes) {
-    Shape codes_shape = shape, group_shape = shape;
-    codes_shape.back() = shape.back() * bits / 32;
-    group_shape.back() = shape.back() / group;
-    w.codes = Tensor::zeros(codes_shape, DType::kU32);
-    std::uniform_int_distribution<uint32_t> pick;
-    for (auto& c : w.codes.span<uint32_t>()) c = pick(test::rng());
-    w.scales = test::random_tensor(group_shape, scale_type, -0.1f, 0.1f);
-    w.biases = test::random_tensor(group_shape, scale_type, -0.5f, 0.5f);
-  } else {
-    const auto q = quant::quantize_affine(test::random_tensor(shape), bits, group, scale_type);
-    w.codes = q.codes;
-    w.scales = q.scales;
-    w.biases = q.biases;
-  }
-  return w;
-}
-
-Tensor dequantized(const ops::QuantizedWeight& w) {
-  return quant::dequantize_affine({w.codes, w.scales, w.biases, w.bits, w.group_size});
-}
 
 // The integer kernels' error bound for x (quantized_vnni.cpp): each element may move by up to
 // 1.008 * 2^-23 * max|x over its block of 8 columns| (half a power-of-two unit).
@@ -82,7 +54,7 @@ struct Reference {
   std::vector<double> value, tol;
 };
 Reference reference(const Tensor& x, const ops::QuantizedWeight& w, bool integer) {
-  const Tensor deq = dequantized(w);
+  const Tensor deq = test::dequantized(w);
   const int64_t m = x.numel() / x.dim(-1), n = deq.dim(0), k = deq.dim(1);
   const auto xd = test::to_doubles(x), wd = test::to_doubles(deq);
   // scale * q alone (the dequantization with zero biases), and each group's scale.
@@ -137,7 +109,7 @@ TEST(QuantizedLinear, MatchesDequantizedReferenceForEveryFormat) {
         const int64_t k = turn % 5 == 0 ? (1024 / group + 1) * group : group * pick_groups(test::rng());
         const int64_t n = ns[turn % 4];
         ++turn;
-        const ops::QuantizedWeight w = random_weight({n, k}, bits, group, sdt, turn % 2 == 0);
+        const ops::QuantizedWeight w = test::random_quantized_weight({n, k}, bits, group, sdt, turn % 2 == 0);
         const Tensor x = test::random_tensor({21, k});
         const Reference ref = reference(x, w, ops::cpu::quantized_integer_kernels(bits));
         for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 21}) {
@@ -157,7 +129,7 @@ TEST(QuantizedLinear, WeightsMayBeUnalignedWindowsOfOneBuffer) {
   // inside one buffer, with the codes last (a vector load past them would leave the buffer).
   for (int bits : kBits) {
     // K = 320: the integer kernels' last 128-column chunk is a 64-column tail at the very end.
-    const ops::QuantizedWeight w = random_weight({11, 320}, bits, 64, DType::kBF16, true);
+    const ops::QuantizedWeight w = test::random_quantized_weight({11, 320}, bits, 64, DType::kBF16, true);
     const size_t code_bytes = w.codes.nbytes(), sb_bytes = w.scales.nbytes();
     const size_t code_offset = (2 + 2 * sb_bytes + 3) / 4 * 4;  // 4-byte aligned, after the biases
     auto storage = Storage::allocate(code_offset + code_bytes);
@@ -195,8 +167,9 @@ TEST(QuantizedLinear, BitIdenticalToDenseLinearOverDequantizedWeights) {
   if (!best_target_has_fma()) GTEST_SKIP() << "no FMA target";
   const F32KernelsOnly f32_only;
   for (int bits : kBits) {
-    const ops::QuantizedWeight w = random_weight({37, 1152}, bits, bits % 2 ? 32 : 128, DType::kBF16, true);
-    const Tensor deq = in_kernel_order(dequantized(w), bits);
+    const ops::QuantizedWeight w =
+        test::random_quantized_weight({37, 1152}, bits, bits % 2 ? 32 : 128, DType::kBF16, true);
+    const Tensor deq = in_kernel_order(test::dequantized(w), bits);
     EXPECT_EQ(ops::cpu::quantized_reorders_columns(bits), bits == 4);
     for (int64_t m : {1, 5, 20}) {
       const Tensor x = test::random_tensor({m, 1152});
@@ -207,7 +180,7 @@ TEST(QuantizedLinear, BitIdenticalToDenseLinearOverDequantizedWeights) {
 }
 
 TEST(QuantizedLinear, LeadingDimsStridedRowsAndOutputBuffer) {
-  const ops::QuantizedWeight w = random_weight({9, 96}, 4, 32, DType::kBF16, true);
+  const ops::QuantizedWeight w = test::random_quantized_weight({9, 96}, 4, 32, DType::kBF16, true);
   const Tensor x3 = test::random_tensor({2, 5, 96});
   const Tensor out3 = ops::quantized_linear(x3, w);
   EXPECT_EQ(out3.shape(), (Shape{2, 5, 9}));
@@ -223,7 +196,7 @@ TEST(QuantizedLinear, LeadingDimsStridedRowsAndOutputBuffer) {
 // Row r of any batch equals the row computed alone, bit for bit, for any thread count and position.
 void check_batch_invariance(int bits, int group, int64_t k, int64_t m) {
   const int64_t n = 70;
-  const ops::QuantizedWeight w = random_weight({n, k}, bits, group, DType::kBF16, true);
+  const ops::QuantizedWeight w = test::random_quantized_weight({n, k}, bits, group, DType::kBF16, true);
   const Tensor x = test::random_tensor({m, k});
   set_default_threads(1);
   std::vector<Tensor> alone;
@@ -282,7 +255,7 @@ TEST(QuantizedLinear, EveryTargetAccurateAndBatchInvariant) {
     SCOPED_TRACE(hwy::TargetName(target & -target));
     for (int bits : {4, 8, 5}) {
       SCOPED_TRACE(ops::cpu::quantized_integer_kernels(bits) ? "integer kernels" : "f32 kernels");
-      const ops::QuantizedWeight w = random_weight({13, 1088}, bits, 64, DType::kF16, true);
+      const ops::QuantizedWeight w = test::random_quantized_weight({13, 1088}, bits, 64, DType::kF16, true);
       const Tensor x = test::random_tensor({19, 1088});
       const Reference ref = reference(x, w, ops::cpu::quantized_integer_kernels(bits));
       test::expect_close(ops::quantized_linear(x.slice(0, 0, 3), w), prefix(ref.value, 39),
@@ -355,7 +328,7 @@ TEST(QuantizedLinearInteger, MatchesDequantizedReferenceOnRaggedShapes) {
           const DType sdt = kScaleTypes[turn % 3];
           const int64_t n = ns[turn % 4];
           ++turn;
-          const ops::QuantizedWeight w = random_weight({n, k}, bits, group, sdt, arbitrary);
+          const ops::QuantizedWeight w = test::random_quantized_weight({n, k}, bits, group, sdt, arbitrary);
           const Tensor x = awkward_x(40, k);
           const Reference ref = reference(x, w, true);
           for (int64_t m : {1, 2, 3, 5, 16, 17, 40}) {
@@ -392,7 +365,7 @@ TEST(QuantizedLinearInteger, KeepsPrecisionBesideALargeElement) {
     SCOPED_TRACE(fmt::format("bits {}", bits));
     const int64_t n = 16, k = 384, groups = k / 64;
     const uint32_t center = 1u << (bits - 1);
-    ops::QuantizedWeight w = random_weight({n, k}, bits, 64, DType::kF32, true);
+    ops::QuantizedWeight w = test::random_quantized_weight({n, k}, bits, 64, DType::kF32, true);
     for (int64_t g = 0; g < n * groups; ++g)
       w.biases.data<float>()[g] = -static_cast<float>(center) * w.scales.data<float>()[g];
     for (int64_t r = 0; r < n; ++r)
@@ -421,7 +394,7 @@ TEST(QuantizedLinearInteger, BoundCatchesACodeOneStepOff) {
   for (int bits : kIntegerBits) {
     SCOPED_TRACE(fmt::format("bits {}", bits));
     const int64_t n = 24, k = 2048, col = 1000;
-    const ops::QuantizedWeight w = random_weight({n, k}, bits, 64, DType::kBF16, false);
+    const ops::QuantizedWeight w = test::random_quantized_weight({n, k}, bits, 64, DType::kBF16, false);
     ops::QuantizedWeight off = w;
     off.codes = Tensor::zeros(w.codes.shape(), DType::kU32);
     std::memcpy(off.codes.raw_data(), w.codes.raw_data(), w.codes.nbytes());
@@ -448,7 +421,7 @@ TEST(QuantizedLinearInteger, BatchInvariantAcrossRowCountsAndThreads) {
   for (int bits : kIntegerBits)
     for (int group : {32, 64, 128}) {
       const int64_t k = 2048 + 128 + (group == 128 ? 128 : 64), n = 70;
-      const ops::QuantizedWeight w = random_weight({n, k}, bits, group, DType::kBF16, true);
+      const ops::QuantizedWeight w = test::random_quantized_weight({n, k}, bits, group, DType::kBF16, true);
       const Tensor x = awkward_x(40, k);
       set_default_threads(1);
       std::vector<Tensor> alone;
@@ -469,7 +442,7 @@ TEST(QuantizedLinearInteger, BatchInvariantAcrossRowCountsAndThreads) {
 }
 
 TEST(QuantizedLinear, RejectsBadArguments) {
-  const ops::QuantizedWeight w = random_weight({3, 64}, 4, 32, DType::kBF16, true);
+  const ops::QuantizedWeight w = test::random_quantized_weight({3, 64}, 4, 32, DType::kBF16, true);
   const Tensor x = test::random_tensor({2, 64});
   EXPECT_THROW(ops::quantized_linear(test::random_tensor({2, 96}), w), InvalidArgument);  // K mismatch
   EXPECT_THROW(ops::quantized_linear(x.to(DType::kBF16), w), InvalidArgument);            // x dtype
@@ -485,7 +458,7 @@ TEST(QuantizedLinear, RejectsBadArguments) {
     EXPECT_NE(std::string(e.what()).find("quantized_linear"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("scales [3, 1]"), std::string::npos) << e.what();
   }
-  bad = random_weight({2, 3, 64}, 4, 32, DType::kBF16, true);  // a stack is not a matrix
+  bad = test::random_quantized_weight({2, 3, 64}, 4, 32, DType::kBF16, true);  // a stack is not a matrix
   EXPECT_THROW(ops::quantized_linear(x, bad), InvalidArgument);
   Tensor wrong = Tensor::zeros({2, 4}, DType::kF32);
   EXPECT_THROW(ops::quantized_linear(x, w, wrong), InvalidArgument);  // out shape
@@ -499,8 +472,9 @@ TEST(QuantizedEmbedding, RowsAreDequantizedTimesScale) {
   for (int bits : kBits)
     for (int group : kGroups) {
       const DType sdt = kScaleTypes[(bits + group / 32) % 3];
-      const ops::QuantizedWeight table = random_weight({37, 384}, bits, group, sdt, bits % 2 == 0);
-      const Tensor deq = dequantized(table);
+      const ops::QuantizedWeight table =
+          test::random_quantized_weight({37, 384}, bits, group, sdt, bits % 2 == 0);
+      const Tensor deq = test::dequantized(table);
       const std::vector<int32_t> ids = {5, 0, 36, 5, 17};
       const float scale = 3.5f;
       Tensor out;
@@ -520,7 +494,7 @@ TEST(QuantizedEmbedding, RowsAreDequantizedTimesScale) {
 }
 
 TEST(QuantizedEmbedding, RejectsBadIds) {
-  const ops::QuantizedWeight table = random_weight({10, 64}, 8, 64, DType::kBF16, true);
+  const ops::QuantizedWeight table = test::random_quantized_weight({10, 64}, 8, 64, DType::kBF16, true);
   Tensor out;
   const std::vector<int32_t> ids = {1, 10};
   try {

@@ -6,6 +6,7 @@
 #include "lmx/ops/ops.h"
 #include "lmx/ops/quantized.h"
 #include "lmx/quant/affine.h"
+#include "support/quantized_weights.h"
 #include "support/test_support.h"
 #include "unit/ops/reference.h"
 
@@ -22,24 +23,6 @@ namespace {
 
 using test::kF32Eps;
 
-// A random [E, N, K] stack with arbitrary codes, random scales of both signs (|scale * q| < 1) and biases.
-ops::QuantizedWeight random_stack(int64_t e, int64_t n, int64_t k, int bits, int group, DType scale_type) {
-  ops::QuantizedWeight w;
-  w.bits = bits;
-  w.group_size = group;
-  w.codes = Tensor::zeros({e, n, k * bits / 32}, DType::kU32);
-  std::uniform_int_distribution<uint32_t> pick;
-  for (auto& c : w.codes.span<uint32_t>()) c = pick(test::rng());
-  const float step = 1.0f / static_cast<float>(1 << bits);
-  w.scales = test::random_tensor({e, n, k / group}, scale_type, -step, step);
-  w.biases = test::random_tensor({e, n, k / group}, scale_type, -0.3f, 0.3f);
-  return w;
-}
-
-Tensor dequantized(const ops::QuantizedWeight& w) {
-  return quant::dequantize_affine({w.codes, w.scales, w.biases, w.bits, w.group_size});
-}
-
 struct MoeCase {
   Tensor x, experts, weights;
   ops::QuantizedWeight gate, up, down;
@@ -49,9 +32,9 @@ MoeCase make_case(int64_t t, int64_t h, int64_t inter, int64_t e, int k, int gat
                   int down_bits) {
   MoeCase c;
   c.x = test::random_tensor({t, h});
-  c.gate = random_stack(e, inter, h, gate_bits, 32, DType::kBF16);
-  c.up = random_stack(e, inter, h, up_bits, 64, DType::kF16);
-  c.down = random_stack(e, h, inter, down_bits, 32, DType::kBF16);
+  c.gate = test::random_expert_stack(e, inter, h, gate_bits, 32, DType::kBF16);
+  c.up = test::random_expert_stack(e, inter, h, up_bits, 64, DType::kF16);
+  c.down = test::random_expert_stack(e, h, inter, down_bits, 32, DType::kBF16);
   const Tensor logits = test::random_tensor({t, e}, DType::kF32, -2.0f, 2.0f);
   ops::moe_route(logits, k, nullptr, c.experts, c.weights);
   return c;
@@ -95,8 +78,8 @@ struct MoeReference {
   std::vector<double> value, integer_bound;
 };
 MoeReference moe_ref(const MoeCase& c) {
-  const auto xd = test::to_doubles(c.x), gd = test::to_doubles(dequantized(c.gate)),
-             ud = test::to_doubles(dequantized(c.up)), dd = test::to_doubles(dequantized(c.down));
+  const auto xd = test::to_doubles(c.x), gd = test::to_doubles(test::dequantized(c.gate)),
+             ud = test::to_doubles(test::dequantized(c.up)), dd = test::to_doubles(test::dequantized(c.down));
   const auto gsq = integer_error_weight(c.gate), usq = integer_error_weight(c.up), dsq = integer_error_weight(c.down);
   const bool gate_int = ops::cpu::quantized_integer_kernels(c.gate.bits),
              up_int = ops::cpu::quantized_integer_kernels(c.up.bits),
@@ -168,7 +151,7 @@ TEST(QuantizedMoeExperts, BitIdenticalToDenseMoeOverDequantizedWeights) {
   if ((hwy::SupportedTargets() & (HWY_AVX2 | HWY_AVX3 | HWY_AVX3_DL)) == 0) GTEST_SKIP() << "no FMA target";
   ops::cpu::set_quantized_integer_kernels(false);  // the f32 kernels' contract
   const MoeCase c = make_case(40, 64, 32, 4, 2, 8, 8, 3);
-  const Tensor gate = dequantized(c.gate), up = dequantized(c.up);
+  const Tensor gate = test::dequantized(c.gate), up = test::dequantized(c.up);
   Tensor gate_up = Tensor::zeros({4, 64, 64}, DType::kF32);
   for (int64_t e = 0; e < 4; ++e)
     for (int64_t i = 0; i < 32 * 64; ++i) {
@@ -177,7 +160,7 @@ TEST(QuantizedMoeExperts, BitIdenticalToDenseMoeOverDequantizedWeights) {
     }
   Tensor got, want;
   run(c, c.x, c.experts, c.weights, got);
-  ops::moe_experts(c.x, c.experts, c.weights, gate_up, dequantized(c.down), want);
+  ops::moe_experts(c.x, c.experts, c.weights, gate_up, test::dequantized(c.down), want);
   ops::cpu::set_quantized_integer_kernels(true);
   EXPECT_TRUE(test::bit_equal(got, want));
 }
@@ -218,10 +201,10 @@ TEST(QuantizedMoeExperts, RejectsBadArguments) {
   }
   c.experts.data<int32_t>()[3] = 1;
   MoeCase bad = c;
-  bad.down = random_stack(4, 64, 64, 4, 32, DType::kBF16);  // I mismatch
+  bad.down = test::random_expert_stack(4, 64, 64, 4, 32, DType::kBF16);  // I mismatch
   EXPECT_THROW(run(bad, c.x, c.experts, c.weights, out), InvalidArgument);
   bad = c;
-  bad.up = random_stack(3, 32, 64, 4, 64, DType::kBF16);  // E mismatch
+  bad.up = test::random_expert_stack(3, 32, 64, 4, 64, DType::kBF16);  // E mismatch
   EXPECT_THROW(run(bad, c.x, c.experts, c.weights, out), InvalidArgument);
   bad = c;
   bad.gate.biases = Tensor();
