@@ -11,36 +11,51 @@ namespace lmx {
 
 namespace {
 
+// Points d's packed view at its own buffers (data, scales, biases), laid out like `like` (bits, group
+// size, scale dtype, columns) with `batch` x `rows` rows.
+void view_quantized(DeviceWeight& d, const ops::QuantizedWeight& like, int64_t batch, int64_t rows) {
+  d.defined = d.quantized = true;
+  d.packed.codes = d.data.as<const uint32_t>();
+  d.packed.scales = d.scales.data();
+  d.packed.biases = d.biases.data();
+  d.packed.scale_dtype = like.scales.dtype();
+  d.packed.bits = like.bits;
+  d.packed.group_size = like.group_size;
+  d.packed.batch = batch;
+  d.packed.rows = rows;
+  d.packed.cols = like.cols();
+}
+
+// Points d's dense view at its data buffer: [batch, rows, cols] of `dtype`.
+void view_dense(DeviceWeight& d, DType dtype, int64_t batch, int64_t rows, int64_t cols) {
+  d.defined = true;
+  d.dense.data = d.data.data();
+  d.dense.dtype = dtype;
+  d.dense.batch = batch;
+  d.dense.rows = rows;
+  d.dense.cols = cols;
+}
+
+cuda::DeviceBuffer upload_tensor(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return cuda::DeviceBuffer::upload(c.raw_data(), c.nbytes());
+}
+
 DeviceWeight upload_weight(const Weight& w) {
   DeviceWeight d;
   if (!w.defined()) return d;
-  d.defined = true;
   if (w.is_quantized()) {
     const ops::QuantizedWeight& q = w.quantized;
-    d.quantized = true;
-    const Tensor codes = q.codes.contiguous(), scales = q.scales.contiguous(), biases = q.biases.contiguous();
-    d.data = cuda::DeviceBuffer::upload(codes.raw_data(), codes.nbytes());
-    d.scales = cuda::DeviceBuffer::upload(scales.raw_data(), scales.nbytes());
-    d.biases = cuda::DeviceBuffer::upload(biases.raw_data(), biases.nbytes());
-    d.packed.codes = d.data.as<const uint32_t>();
-    d.packed.scales = d.scales.data();
-    d.packed.biases = d.biases.data();
-    d.packed.scale_dtype = scales.dtype();
-    d.packed.bits = q.bits;
-    d.packed.group_size = q.group_size;
-    d.packed.batch = codes.ndim() == 3 ? codes.dim(0) : 1;
-    d.packed.rows = q.rows();
-    d.packed.cols = q.cols();
+    d.data = upload_tensor(q.codes);
+    d.scales = upload_tensor(q.scales);
+    d.biases = upload_tensor(q.biases);
+    view_quantized(d, q, q.codes.ndim() == 3 ? q.codes.dim(0) : 1, q.rows());
     return d;
   }
-  Tensor t = w.dense.contiguous();
+  Tensor t = w.dense;
   if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16) t = t.to(DType::kF32);
-  d.data = cuda::DeviceBuffer::upload(t.raw_data(), t.nbytes());
-  d.dense.data = d.data.data();
-  d.dense.dtype = t.dtype();
-  d.dense.batch = t.ndim() == 3 ? t.dim(0) : 1;
-  d.dense.rows = t.dim(t.ndim() - 2);
-  d.dense.cols = t.dim(t.ndim() - 1);
+  d.data = upload_tensor(t);
+  view_dense(d, t.dtype(), t.ndim() == 3 ? t.dim(0) : 1, t.dim(t.ndim() - 2), t.dim(t.ndim() - 1));
   return d;
 }
 
@@ -78,27 +93,14 @@ DeviceWeight upload_stacked(std::initializer_list<const Weight*> parts) {
   };
   int64_t rows = 0;
   for (const Weight* w : parts) rows += w->is_quantized() ? w->quantized.rows() : w->dense.dim(0);
-  d.defined = true;
   if (first.is_quantized()) {
-    const ops::QuantizedWeight& q0 = first.quantized;
-    d.quantized = true;
     d.data = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.codes; });
     d.scales = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.scales; });
     d.biases = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.biases; });
-    d.packed.codes = d.data.as<const uint32_t>();
-    d.packed.scales = d.scales.data();
-    d.packed.biases = d.biases.data();
-    d.packed.scale_dtype = q0.scales.dtype();
-    d.packed.bits = q0.bits;
-    d.packed.group_size = q0.group_size;
-    d.packed.rows = rows;
-    d.packed.cols = q0.cols();
+    view_quantized(d, first.quantized, 1, rows);
   } else {
     d.data = upload_concatenated([](const Weight& w) -> const Tensor& { return w.dense; });
-    d.dense.data = d.data.data();
-    d.dense.dtype = first.dense.dtype();
-    d.dense.rows = rows;
-    d.dense.cols = first.dense.dim(1);
+    view_dense(d, first.dense.dtype(), 1, rows, first.dense.dim(1));
   }
   return d;
 }

@@ -11,6 +11,7 @@
 // range exit without writing: the combine kernel derives each token's chunk range from the same
 // device-side q_pos / kv_len, so a CUDA graph captured with max_kv_len = capacity replays correctly.
 #include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
@@ -122,8 +123,6 @@ __global__ void kv_append_kernel(const float* k, int64_t k_stride, const float* 
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 }  // namespace
 
 namespace attn {
@@ -179,7 +178,7 @@ void attention(const AttentionBatch& batch, float* partials, size_t partials_byt
   p.kv_len = batch.kv_len;
   p.window = batch.window;
   p.scale_log2 = static_cast<float>(static_cast<double>(batch.scale) * 1.4426950408889634);
-  p.q_vec4 = aligned16(batch.q) && batch.q_stride % 4 == 0;
+  p.q_vec4 = detail::aligned16(batch.q) && batch.q_stride % 4 == 0;
   const int tier = dim_tier(batch.head_dim);
   if (plan.decode) {
     p.gh = std::min(p.group, 16);
@@ -206,7 +205,8 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
   LMX_REQUIRE(InvalidArgument, kv_heads > 0 && head_dim > 0, "kv_append: kv_heads {} head_dim {}", kv_heads,
               head_dim);
   const int row_elems = kv_heads * head_dim;
-  const bool vec4 = row_elems % 4 == 0 && k_stride % 4 == 0 && v_stride % 4 == 0 && aligned16(k) && aligned16(v);
+  const bool vec4 = row_elems % 4 == 0 && k_stride % 4 == 0 && v_stride % 4 == 0 && detail::aligned16(k) &&
+                    detail::aligned16(v);
   constexpr int kThreads = 256;
   const int64_t work = tokens * (vec4 ? row_elems / 4 : row_elems);
   const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, 8192));
@@ -217,7 +217,6 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
     launch(kv_append_kernel<false>, grid, kThreads, 0, stream, k, k_stride, v, v_stride, tokens, row_elems, q_pos,
         q_seq, k_store, v_store);
   }
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace lmx::cuda

@@ -1,5 +1,6 @@
 // Checked CUDA runtime calls: every failure becomes an lmx::CudaError naming the call,
-// the error and the source line. Kernel launches are checked with LMX_CUDA_CHECK_LAUNCH().
+// the error and the source line. lmx kernels are launched (and checked) through launch() in launch.cuh;
+// a raw <<<...>>> launch (benches, tests) is checked with LMX_CUDA_CHECK_LAUNCH().
 #pragma once
 
 #include "lmx/core/error.h"

@@ -4,6 +4,7 @@
 // large-tile algorithm would leave decode far from bandwidth). f32 weights, and bf16 weights that do not
 // fit the 16-byte layout, use an exact f32 CUDA-core kernel: one fmaf chain per output, k ascending.
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/linear_tiles.cuh"
@@ -77,7 +78,7 @@ void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense
                                      static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(m), stream));
     return;
   }
-  if (w.dtype == DType::kBF16 && w.cols % 8 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0) {
+  if (w.dtype == DType::kBF16 && w.cols % 8 == 0 && detail::aligned16(w.data)) {
     linear::Problem p;
     p.format = linear::WeightFormat::kDenseBf16;
     p.bits = 16;

@@ -145,7 +145,6 @@ void launch_map(float* x, int64_t n, Op op, cudaStream_t stream) {
   } else {
     launch(map_kernel<false, Op>, grid_blocks(n, kThreads), kThreads, 0, stream, x, n, op);
   }
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 template <typename Op>
@@ -156,7 +155,6 @@ void launch_zip(float* out, const float* a, int64_t n, Op op, cudaStream_t strea
   } else {
     launch(zip_kernel<false, Op>, grid_blocks(n, kThreads), kThreads, 0, stream, out, a, n, op);
   }
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -176,7 +174,6 @@ void gelu_tanh_mul(const float* gate, int64_t gate_stride, const float* up, int6
     launch(gelu_tanh_mul_kernel<float>, l.grid, l.block, 0, stream, gate, gate_stride, up, up_stride, out,
         out_stride, rows, cols);
   }
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 void gelu_tanh(float* x, int64_t n, cudaStream_t stream) { launch_map(x, n, GeluOp{}, stream); }
@@ -198,7 +195,6 @@ void mul_rows(float* x, const float* y, int64_t rows, int64_t cols, cudaStream_t
   } else {
     launch(mul_rows_kernel<float>, grid_blocks(n, kThreads), kThreads, 0, stream, x, y, n, cols);
   }
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols,
@@ -213,7 +209,6 @@ void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_str
     const detail::RowLaunch l = detail::row_launch(rows, cols);
     launch(copy_rows_kernel<float>, l.grid, l.block, 0, stream, src, src_stride, dst, dst_stride, rows, cols);
   }
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace lmx::cuda

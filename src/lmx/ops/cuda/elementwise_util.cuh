@@ -1,4 +1,4 @@
-// Launch-shape and reduction helpers shared by the elementwise/norm/embedding/argmax CUDA kernels.
+// Launch-shape, alignment and reduction helpers shared by the CUDA ops.
 #pragma once
 
 #include <cuda_runtime.h>

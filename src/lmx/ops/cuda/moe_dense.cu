@@ -12,7 +12,6 @@ void launch_dense_projection(const ProjectionParams& p, DType dtype, bool down, 
     launch_format<DenseFormat<float>, true>(p, down, m_tile, grid_y, stream);
   else
     launch_format<DenseFormat<__nv_bfloat16>, true>(p, down, m_tile, grid_y, stream);
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace lmx::cuda::moe

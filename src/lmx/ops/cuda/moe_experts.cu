@@ -15,6 +15,7 @@
 // Pairs whose expert id lies outside [0, E) contribute nothing (the host cannot check device ids).
 #include "lmx/core/error.h"
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/moe_experts.cuh"
@@ -231,14 +232,6 @@ WeightStack quantized_stack(const DeviceQuantized& w) {
   return s;
 }
 
-int group_shift(int group_size) {
-  return group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
-}
-
-bool vector_aligned(const void* ptr) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
-}
-
 void check_shared_args(int64_t tokens, int top_k, int64_t num_experts, const char* op) {
   LMX_REQUIRE(InvalidArgument, tokens >= 0, "{}: negative token count {}", op, tokens);
   LMX_REQUIRE(InvalidArgument, top_k >= 1, "{}: top_k {} must be at least 1", op, top_k);
@@ -267,7 +260,7 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
 
   const WeightStack gate_s = quantized_stack(gate), up_s = quantized_stack(up),
                     down_s = quantized_stack(down);
-  const bool gate_aligned = vector_aligned(gate.codes), up_aligned = vector_aligned(up.codes);
+  const bool gate_aligned = detail::aligned16(gate.codes), up_aligned = detail::aligned16(up.codes);
   const bool fused = gate.bits == up.bits && gate.group_size == up.group_size &&
                      gate.scale_dtype == up.scale_dtype && gate_aligned == up_aligned;
   auto project = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
@@ -277,8 +270,8 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
       p.n_out = n_out;
       p.out_col0 = col0;
       p.scale_dtype = w.scale_dtype;
-      p.group_shift = group_shift(w.group_size);
-      moe::launch_quantized_projection(p, w.bits, vector_aligned(w.codes), is_down, m_tile, grid_y,
+      p.group_shift = log2_group_size(w.group_size);
+      moe::launch_quantized_projection(p, w.bits, detail::aligned16(w.codes), is_down, m_tile, grid_y,
                                        ctx.stream());
     };
     if (is_down) {
@@ -290,7 +283,7 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
       p.n_out = 2 * inter;
       p.out_col0 = 0;
       p.scale_dtype = gate.scale_dtype;
-      p.group_shift = group_shift(gate.group_size);
+      p.group_shift = log2_group_size(gate.group_size);
       moe::launch_quantized_projection(p, gate.bits, gate_aligned, false, m_tile, grid_y, ctx.stream());
     } else {
       one(gate, gate_s, inter, 0);
@@ -308,7 +301,7 @@ void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, c
   for (const DeviceDense* w : {&gate_up, &down}) {
     LMX_REQUIRE(InvalidArgument, w->dtype == DType::kF32 || w->dtype == DType::kBF16,
                 "{}: expert weights must be f32 or bf16", kOp);
-    LMX_REQUIRE(InvalidArgument, w->data != nullptr && vector_aligned(w->data),
+    LMX_REQUIRE(InvalidArgument, w->data != nullptr && detail::aligned16(w->data),
                 "{}: expert weights must be non-null and 16-byte aligned", kOp);
     const int64_t chunk = w->dtype == DType::kF32 ? 4 : 8;
     LMX_REQUIRE(InvalidArgument, w->rows > 0 && w->cols > 0 && w->cols % chunk == 0,

@@ -13,7 +13,6 @@ void launch_quantized_projection(const ProjectionParams& p, int bits, bool align
     launch_format<QuantizedFormat<8, true>, true>(p, down, m_tile, grid_y, stream);
   else
     return launch_quantized_generic_projection(p, bits, down, m_tile, grid_y, stream);
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace lmx::cuda::moe

@@ -27,7 +27,6 @@ void launch_quantized_generic_projection(const ProjectionParams& p, int bits, bo
       launch_format<QuantizedFormat<8, false>, false>(p, down, m_tile, grid_y, stream);
       break;
   }
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace lmx::cuda::moe

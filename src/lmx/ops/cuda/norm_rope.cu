@@ -92,7 +92,6 @@ void launch_rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_s
     launch(rms_norm_block_kernel<V, kWeight>, grid_blocks(rows, 1, kMaxRowBlocks), threads, 0, stream, xv,
         x_stride / kLanes, ov, out_stride / kLanes, rows, n, wv, static_cast<float>(dim), eps);
   }
-  LMX_CUDA_CHECK_LAUNCH();
 }
 
 // residual_norm (elementwise.h): one block per row; the same per-thread strided sums and block reduction

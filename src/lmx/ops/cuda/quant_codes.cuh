@@ -11,6 +11,11 @@
 
 namespace lmx::cuda {
 
+// log2 of an MLX group size (32, 64 or 128): the shift from a column index to its group.
+__host__ __device__ constexpr int log2_group_size(int group_size) {
+  return group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
+}
+
 // Code j of a packed row (bits 2..8): bits [j*bits, j*bits + bits) of the row's little-endian uint32
 // words, straddling into the next word when needed (3, 5, 6 bits).
 __device__ __forceinline__ uint32_t unpack_code(const uint32_t* row_words, int64_t j, int bits) {

@@ -1,6 +1,7 @@
 // quantized_linear (linear.h): argument checks and the choice of weight format; the kernels are the
 // tensor-core projections of linear_tiles.cuh (decode: quantized_gemv.cu, prefill: quantized_gemm.cu).
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
@@ -14,7 +15,7 @@ void run(Problem p, CudaContext& ctx) {
   LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit", p.n);
   p.chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
   p.segments = linear_segments(p.n, p.k, p.bits);
-  p.x_vec4 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.x_stride % 4 == 0 || p.m == 1);
+  p.x_vec4 = detail::aligned16(p.x) && (p.x_stride % 4 == 0 || p.m == 1);
   if (p.m <= kDecodeMaxRows) {
     launch_decode(p, ctx.stream());
   } else {
@@ -44,12 +45,12 @@ void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQ
   if (m == 0 || w.rows == 0) return;
 
   linear::Problem p;
-  const bool aligned16 = reinterpret_cast<uintptr_t>(w.codes) % 16 == 0;
-  p.format = aligned16 && w.bits == 4   ? linear::WeightFormat::kQ4
-             : aligned16 && w.bits == 8 ? linear::WeightFormat::kQ8
+  const bool aligned = detail::aligned16(w.codes);
+  p.format = aligned && w.bits == 4   ? linear::WeightFormat::kQ4
+             : aligned && w.bits == 8 ? linear::WeightFormat::kQ8
                                         : linear::WeightFormat::kPacked;
   p.bits = w.bits;
-  p.group_shift = w.group_size == 32 ? 5 : w.group_size == 64 ? 6 : 7;
+  p.group_shift = log2_group_size(w.group_size);
   p.scale_dtype = w.scale_dtype;
   p.weight = w.codes;
   p.scales = w.scales;
