@@ -8,6 +8,7 @@
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/norm_rope_math.cuh"
 
 #include <cuda_bf16.h>
 
@@ -50,8 +51,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     b[p] = i < half ? xr[i + half] : 0.0f;
     ss = fmaf(b[p], b[p], fmaf(a[p], a[p], ss));
   }
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(detail::warp_sum(ss), static_cast<float>(head_dim)),
-                                                        eps)));
+  const float inv = detail::inv_rms(detail::warp_sum(ss), static_cast<float>(head_dim), eps);
   const float pos = static_cast<float>(positions[t]);
   float* out = job.store == nullptr ? job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim : nullptr;
   uint16_t* cache = nullptr;
@@ -67,9 +67,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (freq != 0.0f) {  // rope's rotation; pairs with inv_freq 0 stay as they are
       float s, c;
       sincosf(__fmul_rn(pos, freq), &s, &c);
-      const float r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-      const float r1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-      x0 = r0, x1 = r1;
+      detail::rotate_pair(x0, x1, s, c);
     }
     if (cache != nullptr) {
       cache[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x0));

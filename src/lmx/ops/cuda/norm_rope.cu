@@ -2,6 +2,7 @@
 // cpu/rope.cpp (explicit _rn intrinsics: no FMA contraction; IEEE sqrt and division).
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/norm_rope_math.cuh"
 #include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 
@@ -10,6 +11,7 @@ namespace {
 
 using detail::aligned16;
 using detail::grid_blocks;
+using detail::inv_rms;
 using detail::kThreads;
 
 // Rows at most this wide are normalised by one warp each; wider rows by one block each.
@@ -31,11 +33,6 @@ template <bool kWeight>
 __device__ __forceinline__ float4 normed(float4 x, float inv, float4 w) {
   return make_float4(normed<kWeight>(x.x, inv, w.x), normed<kWeight>(x.y, inv, w.y), normed<kWeight>(x.z, inv, w.z),
                      normed<kWeight>(x.w, inv, w.w));
-}
-
-// 1 / sqrt(Σx² / dim + eps) with the CPU's f32 roundings (the sum itself is f32 here, double there).
-__device__ __forceinline__ float inv_rms(float ss, float dim, float eps) {
-  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, dim), eps)));
 }
 
 // One warp per row. V = float or float4 (n, strides in units of V). out may alias x: every element is
@@ -164,9 +161,9 @@ __global__ void rope_kernel(float* x, int64_t token_stride, int64_t tokens, int 
       float* pair = x + t * token_stride + i;
       for (int h = threadIdx.y; h < heads; h += blockDim.y) {
         float* p = pair + static_cast<int64_t>(h) * head_dim;
-        const float a = p[0], b = p[half];
-        p[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        p[half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+        float a = p[0], b = p[half];
+        detail::rotate_pair(a, b, s, c);
+        p[0] = a, p[half] = b;
       }
     }
   }
