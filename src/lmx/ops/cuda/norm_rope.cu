@@ -6,6 +6,10 @@
 #include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 namespace lmx::cuda {
 namespace {
 
@@ -91,13 +95,14 @@ void launch_rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_s
   }
 }
 
-// residual_norm (elementwise.h): one block per row; the same per-thread strided sums and block reduction
-// as rms_norm_block_kernel. Weights are optional (nullptr = none); the branch on them is uniform.
-__device__ __forceinline__ float weighted(float y, const float* w, int i) { return w ? __fmul_rn(y, w[i]) : y; }
-__device__ __forceinline__ float4 weighted(float4 y, const float4* w, int i) {
-  if (!w) return y;
-  const float4 v = w[i];
-  return make_float4(__fmul_rn(y.x, v.x), __fmul_rn(y.y, v.y), __fmul_rn(y.z, v.z), __fmul_rn(y.w, v.w));
+// residual_norm (elementwise.h): one block per row, every thread holding its kPer columns (c = threadIdx.x
+// + i * blockDim.x) in registers, so each row costs one round of loads and the two block reductions. The
+// weights (constant data) are loaded before waiting for the previous kernel (programmatic dependent
+// launch). Weights are optional (nullptr = none); the branches on them are uniform.
+__device__ __forceinline__ float weighted(float y, float w, bool has) { return has ? __fmul_rn(y, w) : y; }
+__device__ __forceinline__ float4 weighted(float4 y, float4 w, bool has) {
+  if (!has) return y;
+  return make_float4(__fmul_rn(y.x, w.x), __fmul_rn(y.y, w.y), __fmul_rn(y.z, w.z), __fmul_rn(y.w, w.w));
 }
 __device__ __forceinline__ float scaled(float x, float inv) { return __fmul_rn(x, inv); }
 __device__ __forceinline__ float4 scaled(float4 x, float inv) {
@@ -109,28 +114,57 @@ __device__ __forceinline__ float4 added(float4 x, float4 a) {
 }
 
 template <typename V>
+constexpr int residual_norm_per_thread() { return sizeof(V) == sizeof(float) ? 16 : 4; }
+
+template <typename V>
 __global__ void residual_norm_kernel(V* x, const V* a, const V* a_weight, float scale, V* normed_out,
                                      const V* normed_weight, int64_t rows, int n, float dim, float eps) {
+  constexpr int kPer = residual_norm_per_thread<V>();
+  __shared__ float shared[32];
+  V aw[kPer], nw[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c < n) {
+      if (a_weight) aw[i] = a_weight[c];
+      if (normed_weight) nw[i] = normed_weight[c];
+    }
+  }
   wait_for_prior_kernels();
   allow_next_kernel();
-  __shared__ float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     V* xr = x + r * n;
     const V* ar = a + r * n;
+    V av[kPer], xv[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = threadIdx.x + i * blockDim.x;
+      if (c < n) av[i] = ar[c], xv[i] = xr[c];
+    }
     float ss = 0.0f;
-    for (int c = threadIdx.x; c < n; c += blockDim.x) ss = sum_sq(ar[c], ss);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (threadIdx.x + i * blockDim.x < n) ss = sum_sq(av[i], ss);
     const float inv_a = inv_rms(detail::block_sum(ss, shared), dim, eps);
     float ss_x = 0.0f;
-    for (int c = threadIdx.x; c < n; c += blockDim.x) {
-      V v = added(xr[c], weighted(scaled(ar[c], inv_a), a_weight, c));
-      if (scale != 1.0f) v = scaled(v, scale);
-      xr[c] = v;
-      ss_x = sum_sq(v, ss_x);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = threadIdx.x + i * blockDim.x;
+      if (c < n) {
+        V v = added(xv[i], weighted(scaled(av[i], inv_a), aw[i], a_weight != nullptr));
+        if (scale != 1.0f) v = scaled(v, scale);
+        xr[c] = xv[i] = v;
+        ss_x = sum_sq(v, ss_x);
+      }
     }
     if (normed_out == nullptr) continue;
     const float inv_x = inv_rms(detail::block_sum(ss_x, shared), dim, eps);
     V* orow = normed_out + r * n;
-    for (int c = threadIdx.x; c < n; c += blockDim.x) orow[c] = weighted(scaled(xr[c], inv_x), normed_weight, c);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = threadIdx.x + i * blockDim.x;
+      if (c < n) orow[c] = weighted(scaled(xv[i], inv_x), nw[i], normed_weight != nullptr);
+    }
   }
 }
 
@@ -138,8 +172,11 @@ template <typename V>
 void launch_residual_norm(float* x, const float* a, const float* a_weight, float scale, float* normed,
                           const float* normed_weight, int64_t rows, int dim, float eps, cudaStream_t stream) {
   constexpr int kLanes = sizeof(V) / sizeof(float);
+  constexpr int kPer = residual_norm_per_thread<V>();
   const int n = dim / kLanes;
-  const int threads = n >= 4096 ? 1024 : n >= 1024 ? 512 : n >= 256 ? 256 : (n + 31) / 32 * 32;
+  LMX_REQUIRE(InvalidArgument, n <= kPer * 1024, "residual_norm: rows of {} floats exceed {}", dim,
+              kPer * 1024 * kLanes);
+  const int threads = std::max(32, (n + kPer - 1) / kPer + 31) / 32 * 32;
   launch(residual_norm_kernel<V>, grid_blocks(rows, 1, kMaxRowBlocks), threads, 0, stream, reinterpret_cast<V*>(x),
          reinterpret_cast<const V*>(a), reinterpret_cast<const V*>(a_weight), scale, reinterpret_cast<V*>(normed),
          reinterpret_cast<const V*>(normed_weight), rows, n, static_cast<float>(dim), eps);
