@@ -1,7 +1,8 @@
 // GPU tests for the CUDA projections (lmx/ops/cuda/linear.h): quantized_linear over every bits x group x
 // scale dtype and dense_linear over f32/bf16 weights, on ragged shapes, against a double reference of
 // the tensor-core numerics and against the CPU ops; bit-for-bit batch invariance across M, row position
-// and the decode/prefill kernels; quantized_embedding bit-exact against the CPU op.
+// and the decode/prefill kernels; quantized_linear_gelu bit-exact against its two ops; quantized_embedding
+// bit-exact against the CPU op.
 // Skipped when no CUDA device is visible.
 //
 // Tolerances. The tensor-core paths compute Σ_k bf16(x_k) · bf16(w_k) with f32 accumulation (w the f32
@@ -16,6 +17,7 @@
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/ops.h"
 #include "lmx/ops/quantized.h"
 #include "lmx/quant/affine.h"
@@ -286,10 +288,11 @@ TEST_F(CudaLinear, QuantizedBatchInvariance) {
     int64_t n, k;
   };
   // 4-bit cases cover the batch-1 kernel (q4_gemv_kernel): ragged K (its tail chunk), N not a multiple of
-  // its 32 rows, and a K whose staged x exceeds its 48 KiB (the generic kernel runs batch 1 instead).
+  // its 32 rows, and a K whose staged x exceeds its 48 KiB (the generic kernel runs batch 1 instead); many
+  // blocks of 4 segments (N = 8480) and 80 blocks of 16 (N = 2560, the shape of E4B's down projection).
   for (const Case& c : {Case{4, 64, 300, 4096}, Case{8, 32, 70, ragged_k(32)}, Case{3, 128, 130, 1152},
                         Case{4, 32, 1000, 2560}, Case{6, 64, 17, 448}, Case{4, 64, 77, ragged_k(64)},
-                        Case{4, 128, 40, 65536}}) {
+                        Case{4, 128, 40, 65536}, Case{4, 64, 8480, 1024}, Case{4, 64, 2560, 4096}}) {
     const ops::QuantizedWeight w =
         test::random_quantized_weight({c.n, c.k}, c.bits, c.group, DType::kBF16, true);
     const DeviceQuantizedWeight dw = upload(w);
@@ -402,6 +405,36 @@ TEST_F(CudaLinear, QuantizedEmbeddingMatchesCpuExactly) {
       }
 }
 
+// quantized_linear_gelu gives the bits of gelu_tanh_mul then quantized_linear: one kernel at batch 1 with
+// 4-bit weights (q4_gemv_kernel forms the product while staging x), the two ops otherwise.
+TEST_F(CudaLinear, QuantizedLinearGeluMatchesItsTwoOps) {
+  struct Case {
+    int bits;
+    int64_t n, k, m;
+  };
+  for (const Case& c : {Case{4, 300, 2560, 1}, Case{4, 2560, 4096, 1}, Case{4, 8480, 1024, 1},
+                        Case{4, 77, ragged_k(64), 1}, Case{8, 70, 1024, 1}, Case{4, 300, 2560, 5},
+                        Case{4, 300, 2560, 40}}) {
+    const ops::QuantizedWeight w = test::random_quantized_weight({c.n, c.k}, c.bits, 64, DType::kBF16, true);
+    const DeviceQuantizedWeight dw = upload(w);
+    const int64_t stride = 2 * c.k;  // each row: gate, then up (the stacked gate_up projection's output)
+    const Tensor x = test::random_tensor({c.m, stride}, DType::kF32, -3.0f, 3.0f);
+    const std::vector<float> host(x.data<float>(), x.data<float>() + c.m * stride);
+    DeviceBuffer two = cuda::upload_vector(host), one = cuda::upload_vector(host);
+    const std::vector<float> expected = run(c.m, c.n, c.n, [&](float* out) {
+      cuda::gelu_tanh_mul(two.as<float>(), stride, two.as<float>() + c.k, stride, two.as<float>(), stride, c.m, c.k,
+                          ctx_->stream());
+      cuda::quantized_linear(two.as<float>(), stride, c.m, dw.view, out, c.n, *ctx_);
+    });
+    const std::vector<float> fused = run(c.m, c.n, c.n, [&](float* out) {
+      cuda::quantized_linear_gelu(one.as<float>(), stride, one.as<float>() + c.k, stride, c.m, dw.view, out, c.n,
+                                  *ctx_);
+    });
+    ASSERT_EQ(std::memcmp(fused.data(), expected.data(), fused.size() * sizeof(float)), 0)
+        << "bits " << c.bits << " N=" << c.n << " K=" << c.k << " M=" << c.m;
+  }
+}
+
 TEST_F(CudaLinear, ArgumentErrors) {
   const ops::QuantizedWeight w = test::random_quantized_weight({4, 64}, 4, 64, DType::kBF16, true);
   DeviceQuantizedWeight dw = upload(w);
@@ -418,6 +451,8 @@ TEST_F(CudaLinear, ArgumentErrors) {
   dense.rows = 1;
   dense.cols = 64;
   EXPECT_THROW(cuda::dense_linear(x.as<float>(), 64, 1, dense, out.as<float>(), 4, *ctx_), InvalidArgument);
+  EXPECT_THROW(cuda::quantized_linear_gelu(x.as<float>(), 64, x.as<float>(), 8, 1, dw.view, out.as<float>(), 4, *ctx_),
+               InvalidArgument);  // up stride below K
   // M = 0 is a no-op.
   EXPECT_NO_THROW(cuda::quantized_linear(x.as<float>(), 64, 0, dw.view, out.as<float>(), 4, *ctx_));
 }

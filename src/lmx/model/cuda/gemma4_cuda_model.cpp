@@ -290,6 +290,16 @@ void Gemma4CudaModel::linear(const DeviceWeight& w, const float* x, int64_t x_st
     cuda::dense_linear(x, x_stride, m, w.dense, out, out_stride, ctx_);
 }
 
+void Gemma4CudaModel::linear_gelu(const DeviceWeight& w, float* gate, int64_t gate_stride, const float* up,
+                                  int64_t up_stride, int64_t m, float* out, int64_t out_stride) {
+  if (w.quantized) {
+    cuda::quantized_linear_gelu(gate, gate_stride, up, up_stride, m, w.packed, out, out_stride, ctx_);
+    return;
+  }
+  cuda::gelu_tanh_mul(gate, gate_stride, up, up_stride, gate, gate_stride, m, w.dense.cols, ctx_.stream());
+  cuda::dense_linear(gate, gate_stride, m, w.dense, out, out_stride, ctx_);
+}
+
 namespace {
 void lookup(const DeviceWeight& table, const int32_t* ids, int64_t count, float scale, float* out, int64_t out_stride,
             cudaStream_t stream) {
@@ -396,15 +406,13 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
 
   float* gate = w.gate.as<float>();
   if (lw.gate_up_proj.defined) {
-    // One stacked projection: row r of `gate` holds gate(x) then up(x); the product goes over the gate half.
+    // One stacked projection: row r of `gate` holds gate(x) then up(x).
     linear(lw.gate_up_proj, w.normed.as<float>(), hidden, t, gate, 2 * inter);
-    cuda::gelu_tanh_mul(gate, 2 * inter, gate + inter, 2 * inter, gate, 2 * inter, t, inter, s);
-    linear(lw.down_proj, gate, 2 * inter, t, ffn, hidden);
+    linear_gelu(lw.down_proj, gate, 2 * inter, gate + inter, 2 * inter, t, ffn, hidden);
   } else {
     linear(lw.gate_proj, w.normed.as<float>(), hidden, t, gate, inter);
     linear(lw.up_proj, w.normed.as<float>(), hidden, t, w.up.as<float>(), inter);
-    cuda::gelu_tanh_mul(gate, inter, w.up.as<float>(), inter, gate, inter, t, inter, s);
-    linear(lw.down_proj, gate, inter, t, ffn, hidden);
+    linear_gelu(lw.down_proj, gate, inter, w.up.as<float>(), inter, t, ffn, hidden);
   }
   if (spec.moe) {
     cuda::rms_norm(ffn, hidden, ffn, hidden, t, static_cast<int>(hidden), lw.post_feedforward_layernorm_1.get(), eps, s);
@@ -468,10 +476,9 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
       float* gate = w.ple_gate.as<float>();
       linear(lw.per_layer_input_gate, x, hidden, t, gate, ple_width);
       const int64_t ple_stride = static_cast<int64_t>(config_.num_hidden_layers) * ple_width;
-      cuda::gelu_tanh_mul(gate, ple_width, w.ple.as<float>() + i * ple_width, ple_stride, gate, ple_width, t, ple_width,
-                          s);
       float* projected = w.proj.as<float>();
-      linear(lw.per_layer_projection, gate, ple_width, t, projected, hidden);
+      linear_gelu(lw.per_layer_projection, gate, ple_width, w.ple.as<float>() + i * ple_width, ple_stride, t,
+                  projected, hidden);
       cuda::residual_norm(x, projected, lw.post_per_layer_input_norm.get(), lw.layer_scalar, next_normed, next_norm,
                           t, static_cast<int>(hidden), eps, s);
     }

@@ -59,6 +59,9 @@ class Gemma4CudaModel final : public LanguageModel {
   // Runs a planned step: direct launches, or a captured graph for single-token steps.
   void run_step(const StepPlan& plan);
   void linear(const DeviceWeight& w, const float* x, int64_t x_stride, int64_t m, float* out, int64_t out_stride);
+  // out = (gelu_tanh(gate) * up) · Wᵀ (cuda::quantized_linear_gelu); gate is clobbered.
+  void linear_gelu(const DeviceWeight& w, float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
+                   int64_t m, float* out, int64_t out_stride);
 
   Gemma4Config config_;
   CudaModelOptions options_;

@@ -3,6 +3,7 @@
 // Arithmetic uses explicit round-to-nearest intrinsics (__fmul_rn, __fadd_rn, ...) so nvcc never
 // contracts a multiply-add into an FMA: each op rounds exactly like its CPU twin (built with
 // -ffp-contract=off), leaving only tanhf's ulp-level difference from glibc.
+#include "lmx/ops/cuda/activation_math.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/elementwise.h"
@@ -15,17 +16,8 @@ using detail::aligned16;
 using detail::grid_blocks;
 using detail::kThreads;
 
-// 0.5*x*(1+tanh(β(x+κx³))) with the CPU's association (cpu::gelu_tanh_scalar).
-__device__ __forceinline__ float gelu_tanh_f(float x) {
-  constexpr float kGeluBeta = 0.7978845608028654f;
-  constexpr float kGeluKappa = 0.044715f;
-  const float cube = __fmul_rn(__fmul_rn(x, x), x);
-  const float inner = __fmul_rn(kGeluBeta, __fadd_rn(x, __fmul_rn(kGeluKappa, cube)));
-  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
-}
-
 struct GeluOp {
-  __device__ float operator()(float x) const { return gelu_tanh_f(x); }
+  __device__ float operator()(float x) const { return detail::gelu_tanh(x); }
 };
 struct SoftcapOp {
   float cap;
@@ -116,7 +108,7 @@ __global__ void gelu_tanh_mul_kernel(const V* gate, int64_t gate_stride, const V
       const V g = gate[r * gate_stride + c];
       const V u = up[r * up_stride + c];
       if constexpr (sizeof(V) == sizeof(float))
-        out[r * out_stride + c] = __fmul_rn(gelu_tanh_f(g), u);
+        out[r * out_stride + c] = detail::gelu_tanh_mul(g, u);
       else
         out[r * out_stride + c] = zip4(map4(g, GeluOp{}), u, MulOp{});
     }

@@ -817,14 +817,16 @@ __global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p,
 
 // ---- Host entry points (quantized_gemv.cu, quantized_gemm.cu) ---------------------------------------------
 
-// Enqueues the decode kernel (m <= kDecodeMaxRows; any m works).
-void launch_decode(const Problem& p, cudaStream_t stream);
+// Enqueues the decode kernel (m <= kDecodeMaxRows; any m works). x_up (the batch-1 4-bit kernel only, where
+// q4_gemv_applies): the input is gelu_tanh(x) * x_up instead of x.
+void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr);
 // Bytes of scratch the prefill path needs for prepared x.
 size_t prefill_scratch_bytes(const Problem& p);
 // Enqueues x preparation into `xp` (prefill_scratch_bytes) and the prefill kernel.
 void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream);
-// Fills in the derived fields (chunks, segments, x_vec4) and runs the decode or the prefill path
-// (quantized_linear.cu). Needs p.n, p.k, p.m > 0.
-void run(Problem p, CudaContext& ctx);
+// Fills in the derived fields (chunks, segments, x_vec4; quantized_linear.cu). Needs p.n, p.k, p.m > 0.
+void complete(Problem& p);
+// complete(), then the decode or the prefill path; x_up as in launch_decode.
+void run(Problem p, CudaContext& ctx, const float* x_up = nullptr);
 
 }  // namespace lmx::cuda::linear

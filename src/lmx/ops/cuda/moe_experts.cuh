@@ -24,6 +24,7 @@
 #pragma once
 
 #include "lmx/core/dtype.h"
+#include "lmx/ops/cuda/activation_math.cuh"
 #include "lmx/ops/cuda/quant_codes.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 
@@ -196,15 +197,6 @@ struct DenseFormat {
 
 // ---- The projection kernel --------------------------------------------------------------------------
 
-// 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))) in the CPU's operation order (cpu::gelu_tanh_scalar).
-__device__ __forceinline__ float gelu_tanh_exact(float x) {
-  constexpr float kGeluBeta = 0.7978845608028654f;
-  constexpr float kGeluKappa = 0.044715f;
-  const float cube = __fmul_rn(__fmul_rn(x, x), x);
-  const float inner = __fmul_rn(kGeluBeta, __fadd_rn(x, __fmul_rn(kGeluKappa, cube)));
-  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
-}
-
 // Shared-memory index of slab element e: 4 floats of padding after every 32, so the lanes of a group
 // (each reading 16 bytes of its own chunk) hit distinct banks.
 __device__ __forceinline__ int padded(int e) {
@@ -315,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<M>())
         if (offset >= 0) {
           const float* g = p.x + offset + s0 + e;
           if constexpr (kDown)
-            v = __fmul_rn(gelu_tanh_exact(g[0]), g[p.inter]);
+            v = detail::gelu_tanh_mul(g[0], g[p.inter]);
           else
             v = g[0];
         }

@@ -1,8 +1,11 @@
-// quantized_linear (linear.h): argument checks and the choice of weight format; the kernels are the
-// tensor-core projections of linear_tiles.cuh (decode: quantized_gemv.cu, prefill: quantized_gemm.cu).
+// quantized_linear and quantized_linear_gelu (linear.h): argument checks and the choice of weight format;
+// the kernels are the tensor-core projections of linear_tiles.cuh (decode: quantized_gemv.cu, prefill:
+// quantized_gemm.cu) and the batch-1 4-bit GEMV (linear_decode_q4.cuh).
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/linear.h"
+#include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
 #include <fmt/format.h>
@@ -11,39 +14,48 @@ namespace lmx::cuda {
 
 namespace linear {
 
-void run(Problem p, CudaContext& ctx) {
+void complete(Problem& p) {
   LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit", p.n);
   p.chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
   p.segments = linear_segments(p.n, p.k, p.bits);
   p.x_vec4 = detail::aligned16(p.x) && (p.x_stride % 4 == 0 || p.m == 1);
-  if (p.m <= kDecodeMaxRows) {
-    launch_decode(p, ctx.stream());
-  } else {
+}
+
+void run(Problem p, CudaContext& ctx, const float* x_up) {
+  complete(p);
+  if (p.m > kDecodeMaxRows) {
+    LMX_REQUIRE(InvalidArgument, x_up == nullptr, "linear: a GeGLU input needs the batch-1 4-bit kernel");
     auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, prefill_scratch_bytes(p)));
     launch_prefill(p, xp, ctx.stream());
+    return;
   }
+  launch_decode(p, ctx.stream(), x_up);
 }
 
 }  // namespace linear
 
-void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
-                      int64_t out_stride, CudaContext& ctx) {
+namespace {
+
+// The checks every quantized projection makes; `op` names the caller in the message.
+void check_quantized(const char* op, const DeviceQuantized& w, int64_t x_stride, int64_t m, int64_t out_stride) {
   const bool bits_ok = w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8;
   const bool group_ok = w.group_size == 32 || w.group_size == 64 || w.group_size == 128;
-  LMX_REQUIRE(InvalidArgument, bits_ok && group_ok, "quantized_linear: unsupported bits {} / group size {}",
-              w.bits, w.group_size);
-  LMX_REQUIRE(InvalidArgument, w.batch == 1, "quantized_linear: weight batch must be 1, got {}", w.batch);
+  LMX_REQUIRE(InvalidArgument, bits_ok && group_ok, "{}: unsupported bits {} / group size {}", op, w.bits,
+              w.group_size);
+  LMX_REQUIRE(InvalidArgument, w.batch == 1, "{}: weight batch must be 1, got {}", op, w.batch);
   LMX_REQUIRE(InvalidArgument, w.rows >= 0 && w.cols > 0 && w.cols % w.group_size == 0,
-              "quantized_linear: weight [{}, {}] columns must be a positive multiple of the group size {}",
-              w.rows, w.cols, w.group_size);
+              "{}: weight [{}, {}] columns must be a positive multiple of the group size {}", op, w.rows, w.cols,
+              w.group_size);
   LMX_REQUIRE(InvalidArgument,
               w.scale_dtype == DType::kBF16 || w.scale_dtype == DType::kF16 || w.scale_dtype == DType::kF32,
-              "quantized_linear: scale dtype must be bf16, f16 or f32");
+              "{}: scale dtype must be bf16, f16 or f32", op);
   LMX_REQUIRE(InvalidArgument, m >= 0 && x_stride >= w.cols && out_stride >= w.rows,
-              "quantized_linear: M {} with x stride {} (K {}) and out stride {} (N {})", m, x_stride, w.cols,
-              out_stride, w.rows);
-  if (m == 0 || w.rows == 0) return;
+              "{}: M {} with x stride {} (K {}) and out stride {} (N {})", op, m, x_stride, w.cols, out_stride,
+              w.rows);
+}
 
+linear::Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
+                                  int64_t out_stride) {
   linear::Problem p;
   const bool aligned = detail::aligned16(w.codes);
   p.format = aligned && w.bits == 4   ? linear::WeightFormat::kQ4
@@ -64,6 +76,32 @@ void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQ
   p.m = m;
   p.out = out;
   p.out_stride = out_stride;
+  return p;
+}
+
+}  // namespace
+
+void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
+                      int64_t out_stride, CudaContext& ctx) {
+  check_quantized("quantized_linear", w, x_stride, m, out_stride);
+  if (m == 0 || w.rows == 0) return;
+  linear::run(quantized_problem(x, x_stride, m, w, out, out_stride), ctx);
+}
+
+void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t m,
+                           const DeviceQuantized& w, float* out, int64_t out_stride, CudaContext& ctx) {
+  check_quantized("quantized_linear_gelu", w, gate_stride, m, out_stride);
+  LMX_REQUIRE(InvalidArgument, up_stride >= w.cols, "quantized_linear_gelu: up stride {} below K {}", up_stride,
+              w.cols);
+  if (m == 0 || w.rows == 0) return;
+  linear::Problem p = quantized_problem(gate, gate_stride, m, w, out, out_stride);
+  linear::complete(p);
+  if (linear::q4_gemv_applies(p) && detail::aligned16(up)) {
+    linear::run(p, ctx, up);
+    return;
+  }
+  // Two kernels: the product into gate, then the projection.
+  gelu_tanh_mul(gate, gate_stride, up, up_stride, gate, gate_stride, m, w.cols, ctx.stream());
   linear::run(p, ctx);
 }
 
