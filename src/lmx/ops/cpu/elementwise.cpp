@@ -1,7 +1,7 @@
 // Elementwise and row-wise f32 ops: gelu_tanh, gelu_tanh_mul, softmax, softcap, add/scale/mul, argmax.
 #include "lmx/core/thread_pool.h"
 #include "lmx/ops/cpu/checks.h"
-#include "lmx/ops/cpu/expert_groups.h"
+#include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/ops.h"
 
 #include <algorithm>
@@ -13,8 +13,8 @@ namespace {
 
 // Elements per parallel chunk for cheap elementwise loops.
 constexpr int64_t kElementGrain = int64_t{1} << 15;
-// Columns per work item of row-wise loops with costly elements (gelu_tanh_mul: ~20 µs of tanhf each).
-constexpr int64_t kRowPiece = 1024;
+// Elements per work item of GELU loops (a decode row is split over the pool too).
+constexpr int64_t kGeluPiece = 1024;
 
 
 float* contiguous_f32(Tensor& x, const char* op, const char* what) {
@@ -49,7 +49,13 @@ const float* broadcast_operand(const Tensor& target, const Tensor& a, const char
 
 void gelu_tanh(Tensor& x) {
   float* p = contiguous_f32(x, "gelu_tanh", "x");
-  for_each_index(x.numel(), [p](int64_t i) { p[i] = cpu::gelu_tanh_scalar(p[i]); });
+  const int64_t n = x.numel();
+  parallel_for((n + kGeluPiece - 1) / kGeluPiece, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t piece = begin; piece < end; ++piece) {
+      const int64_t i = piece * kGeluPiece;
+      cpu::gelu_tanh_mul_row(p + i, nullptr, p + i, std::min(kGeluPiece, n - i));
+    }
+  });
 }
 
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
@@ -68,14 +74,11 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
                            shape_string(gate.shape()));
   // Work items are pieces of rows, so that one row (a decode step) is split over the pool too.
   const int64_t cols = g.cols;
-  const int64_t pieces = std::max<int64_t>(1, (cols + kRowPiece - 1) / kRowPiece);
+  const int64_t pieces = std::max<int64_t>(1, (cols + kGeluPiece - 1) / kGeluPiece);
   parallel_for(g.rows * pieces, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t r = item / pieces, c0 = item % pieces * kRowPiece, c1 = std::min(cols, c0 + kRowPiece);
-      const float* gr = g.row<const float>(r);
-      const float* ur = u.row<const float>(r);
-      float* orow = o.row<float>(r);
-      for (int64_t c = c0; c < c1; ++c) orow[c] = cpu::gelu_tanh_scalar(gr[c]) * ur[c];
+      const int64_t r = item / pieces, c0 = item % pieces * kGeluPiece, c1 = std::min(cols, c0 + kGeluPiece);
+      cpu::gelu_tanh_mul_row(g.row<const float>(r) + c0, u.row<const float>(r) + c0, o.row<float>(r) + c0, c1 - c0);
     }
   });
 }

@@ -2,6 +2,7 @@
 #include "lmx/ops/cpu/expert_groups.h"
 
 #include "lmx/core/thread_pool.h"
+#include "lmx/ops/cpu/kernels.h"
 
 #include <algorithm>
 
@@ -33,7 +34,7 @@ void geglu_rows_inplace(float* hbuf, int64_t slots, int64_t inter) {
   parallel_for(slots, std::max<int64_t>(1, 16384 / std::max<int64_t>(inter, 1)), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* row = hbuf + r * 2 * inter;
-      for (int64_t c = 0; c < inter; ++c) row[c] = gelu_tanh_scalar(row[c]) * row[inter + c];
+      gelu_tanh_mul_row(row, row + inter, row, inter);
     }
   });
 }

@@ -1,5 +1,5 @@
-// Shared by the dense and quantized MoE dispatch: (token, slot) pairs grouped by expert, and the
-// scalar tanh GELU every expert activation uses.
+// Shared by the dense and quantized MoE dispatch: (token, slot) pairs grouped by expert, and the GeGLU
+// of their hidden rows (cpu::gelu_tanh_mul_row, the GELU of every CPU path).
 #pragma once
 
 #include "lmx/ops/cpu/checks.h"
@@ -9,16 +9,6 @@
 #include <vector>
 
 namespace lmx::ops::cpu {
-
-// 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))) in this operation order (torch's kBeta, kKappa);
-// ops::gelu_tanh and both MoE paths use exactly this function.
-inline float gelu_tanh_scalar(float x) {
-  constexpr float kGeluBeta = 0.7978845608028654f;
-  constexpr float kGeluKappa = 0.044715f;
-  const float cube = x * x * x;
-  const float inner = kGeluBeta * (x + kGeluKappa * cube);
-  return 0.5f * x * (1.0f + std::tanh(inner));
-}
 
 // The step's (token, slot) pairs grouped by expert. Rows [start[e], start[e+1]) of `gathered` belong
 // to expert e, in increasing (token, slot) order; row_of[t·k + j] is pair (t, j)'s row; gathered holds

@@ -6,7 +6,7 @@
 
 namespace lmx::cuda::detail {
 
-// 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))) in the CPU's operation order (cpu::gelu_tanh_scalar),
+// 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))) in the CPU's operation order (cpu::gelu_tanh_mul_row),
 // each step rounded (explicit _rn intrinsics: no FMA contraction).
 __device__ __forceinline__ float gelu_tanh(float x) {
   constexpr float kGeluBeta = 0.7978845608028654f;
