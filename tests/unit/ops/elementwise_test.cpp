@@ -93,6 +93,27 @@ TEST(Elementwise, Softcap) {
   EXPECT_THROW(ops::softcap(x, 0.0f), InvalidArgument);
 }
 
+// softcap's tanh is rounded from f64 like gelu_tanh's: cap * tanh(x / cap) with the exact tanh rounded to
+// f32, except at near-ties, and there by one ulp of tanh.
+TEST(Elementwise, SoftcapUsesTanhRoundedFromDouble) {
+  constexpr int64_t kCount = 1 << 20;
+  constexpr float kCap = 30.0f;
+  Tensor x = test::random_tensor({kCount}, DType::kF32, -200.0f, 200.0f);
+  std::vector<float> in(x.data<float>(), x.data<float>() + kCount);
+  ops::softcap(x, kCap);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < kCount; ++i) {
+    const float q = in[static_cast<size_t>(i)] / kCap;
+    const float t = static_cast<float>(std::tanh(static_cast<double>(q)));
+    const float have = x.data<float>()[i];
+    if (have == kCap * t) continue;
+    ++differ;
+    ASSERT_TRUE(have == kCap * std::nextafter(t, 2.0f) || have == kCap * std::nextafter(t, -2.0f))
+        << "x " << in[static_cast<size_t>(i)] << ": " << have << " vs " << kCap * t;
+  }
+  EXPECT_LT(differ, kCount / 1000);
+}
+
 TEST(Elementwise, AddScaleMul) {
   Tensor x = test::random_tensor({4, 6});
   const Tensor a = test::random_tensor({4, 6});

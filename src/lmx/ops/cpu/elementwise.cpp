@@ -109,7 +109,13 @@ void softcap(Tensor& x, float cap) {
   LMX_REQUIRE(InvalidArgument, cap > 0.0f && std::isfinite(cap),
                            "softcap: cap must be positive and finite, got {}", cap);
   float* p = contiguous_f32(x, "softcap", "x");
-  for_each_index(x.numel(), [p, cap](int64_t i) { p[i] = cap * std::tanh(p[i] / cap); });
+  const int64_t n = x.numel();
+  parallel_for((n + kElementGrain - 1) / kElementGrain, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t piece = begin; piece < end; ++piece) {
+      const int64_t i = piece * kElementGrain;
+      cpu::softcap_row(p + i, std::min(kElementGrain, n - i), cap);
+    }
+  });
 }
 
 void add_inplace(Tensor& out, const Tensor& a) {

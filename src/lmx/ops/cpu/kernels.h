@@ -19,6 +19,8 @@ namespace lmx::ops::cpu {
 // out[i] = gelu_tanh(gate[i]) * up[i] for i < n (up == nullptr: gelu_tanh(gate[i])); out may alias gate or
 // up. The one CPU GELU (activation_simd.cpp has its numerics); single-threaded.
 void gelu_tanh_mul_row(const float* gate, const float* up, float* out, int64_t n);
+// x[i] = cap * tanh(x[i] / cap) for i < n (tanh as in gelu_tanh_mul_row); single-threaded.
+void softcap_row(float* x, int64_t n, float cap);
 
 // out[m, n] = Σ_k x[m, k] * w[n, k] over raw row pointers. Strides count elements between rows.
 struct LinearArgs {
