@@ -168,18 +168,68 @@ __global__ void residual_norm_kernel(V* x, const V* a, const V* a_weight, float 
   }
 }
 
+// Rows too wide for residual_norm_kernel's block (its registers cap the threads per block): the same
+// steps with the columns read again from memory instead of held in registers. Rounds exactly like it,
+// up to the order of the f32 sums of squares (each thread strides over more columns).
+template <typename V>
+__global__ void residual_norm_wide_kernel(V* x, const V* a, const V* a_weight, float scale, V* normed_out,
+                                          const V* normed_weight, int64_t rows, int n, float dim, float eps) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
+  __shared__ float shared[32];
+  const V none{};
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    V* xr = x + r * n;
+    const V* ar = a + r * n;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) ss = sum_sq(ar[c], ss);
+    const float inv_a = inv_rms(detail::block_sum(ss, shared), dim, eps);
+    float ss_x = 0.0f;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+      V v = added(xr[c], weighted(scaled(ar[c], inv_a), a_weight ? a_weight[c] : none, a_weight != nullptr));
+      if (scale != 1.0f) v = scaled(v, scale);
+      xr[c] = v;
+      ss_x = sum_sq(v, ss_x);
+    }
+    if (normed_out == nullptr) continue;
+    const float inv_x = inv_rms(detail::block_sum(ss_x, shared), dim, eps);
+    V* orow = normed_out + r * n;
+    for (int c = threadIdx.x; c < n; c += blockDim.x)
+      orow[c] = weighted(scaled(xr[c], inv_x), normed_weight ? normed_weight[c] : none, normed_weight != nullptr);
+  }
+}
+
+// Threads per block (a multiple of 32) a compiled kernel can be launched with: its register use decides.
+int max_block_threads(const void* kernel) {
+  cudaFuncAttributes attributes{};
+  LMX_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return attributes.maxThreadsPerBlock / 32 * 32;
+}
+
 template <typename V>
 void launch_residual_norm(float* x, const float* a, const float* a_weight, float scale, float* normed,
                           const float* normed_weight, int64_t rows, int dim, float eps, cudaStream_t stream) {
   constexpr int kLanes = sizeof(V) / sizeof(float);
   constexpr int kPer = residual_norm_per_thread<V>();
   const int n = dim / kLanes;
-  LMX_REQUIRE(InvalidArgument, n <= kPer * 1024, "residual_norm: rows of {} floats exceed {}", dim,
-              kPer * 1024 * kLanes);
   const int threads = std::max(32, (n + kPer - 1) / kPer + 31) / 32 * 32;
-  launch(residual_norm_kernel<V>, grid_blocks(rows, 1, kMaxRowBlocks), threads, 0, stream, reinterpret_cast<V*>(x),
-         reinterpret_cast<const V*>(a), reinterpret_cast<const V*>(a_weight), scale, reinterpret_cast<V*>(normed),
-         reinterpret_cast<const V*>(normed_weight), rows, n, static_cast<float>(dim), eps);
+  // Register-limited block sizes of the two kernels (the build targets one architecture, sm_90).
+  static const int fitting = max_block_threads(reinterpret_cast<const void*>(&residual_norm_kernel<V>));
+  static const int fitting_wide = max_block_threads(reinterpret_cast<const void*>(&residual_norm_wide_kernel<V>));
+  const unsigned grid = grid_blocks(rows, 1, kMaxRowBlocks);
+  auto* xv = reinterpret_cast<V*>(x);
+  const auto* av = reinterpret_cast<const V*>(a);
+  const auto* awv = reinterpret_cast<const V*>(a_weight);
+  auto* nv = reinterpret_cast<V*>(normed);
+  const auto* nwv = reinterpret_cast<const V*>(normed_weight);
+  if (threads <= fitting) {
+    launch(residual_norm_kernel<V>, grid, threads, 0, stream, xv, av, awv, scale, nv, nwv, rows, n,
+           static_cast<float>(dim), eps);
+  } else {
+    const int wide = std::min({fitting_wide, 1024, (n + 31) / 32 * 32});
+    launch(residual_norm_wide_kernel<V>, grid, wide, 0, stream, xv, av, awv, scale, nv, nwv, rows, n,
+           static_cast<float>(dim), eps);
+  }
 }
 
 // Rotates pairs (i, i + half) of every head of token t. blockDim.x threads along pairs (each computes
