@@ -50,27 +50,26 @@ class KernelTimes(unittest.TestCase):
         gemv = next(line for line in out.splitlines() if line.startswith("q4_gemv_kernel<__nv_bfloat16> (1,80,1)"))
         self.assertEqual(gemv.split()[-3:], ["1", "5.0", "62.5%"])
 
-    def test_missing_header(self):
-        result = run(row(0, GEMV, "(1, 1, 1)", "usecond", "1") + "\n")
+    def expect_error(self, csv_text, message):
+        result = run(csv_text)
         self.assertNotEqual(result.returncode, 0)
-        self.assertIn("no ncu CSV header", result.stderr)
+        self.assertIn(message, result.stderr)
+
+    def test_missing_header(self):
+        self.expect_error(row(0, GEMV, "(1, 1, 1)", "usecond", "1") + "\n", "no ncu CSV header")
 
     def test_unknown_unit(self):
-        result = run("\n".join([HEADER, row(0, GEMV, "(1, 1, 1)", "furlong", "1")]) + "\n")
-        self.assertNotEqual(result.returncode, 0)
-        self.assertIn("unknown duration unit 'furlong'", result.stderr)
+        self.expect_error("\n".join([HEADER, row(0, GEMV, "(1, 1, 1)", "furlong", "1")]) + "\n",
+                          "unknown duration unit 'furlong'")
 
     def test_too_few_steps(self):
-        result = run("\n".join([HEADER, row(0, GEMV, "(1, 1, 1)", "usecond", "1"),
-                                row(1, ARGMAX, "(1, 1, 1)", "usecond", "1")]) + "\n")
-        self.assertNotEqual(result.returncode, 0)
-        self.assertIn("found 1 forward steps", result.stderr)
+        self.expect_error("\n".join([HEADER, row(0, GEMV, "(1, 1, 1)", "usecond", "1"),
+                                     row(1, ARGMAX, "(1, 1, 1)", "usecond", "1")]) + "\n",
+                          "found 1 forward steps")
 
     def test_bad_number(self):
-        result = run("\n".join([HEADER, row(0, GEMV, "(1, 1, 1)", "usecond", "n/a")]) + "\n")
-        self.assertNotEqual(result.returncode, 0)
-        self.assertIn("bad duration", result.stderr)
-
+        self.expect_error("\n".join([HEADER, row(0, GEMV, "(1, 1, 1)", "usecond", "n/a")]) + "\n",
+                          "bad duration")
 
 if __name__ == "__main__":
     unittest.main()

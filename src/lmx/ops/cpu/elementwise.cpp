@@ -32,6 +32,15 @@ void for_each_index(int64_t n, Fn fn) {
   });
 }
 
+// Calls fn(begin, count) for consecutive pieces of `piece` elements (the last may be shorter) of an
+// n-element array, the pieces split over the pool.
+template <typename Fn>
+void for_each_piece(int64_t n, int64_t piece, Fn fn) {
+  parallel_for((n + piece - 1) / piece, 1, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k) fn(k * piece, std::min(piece, n - k * piece));
+  });
+}
+
 // The operand of add_inplace / mul_inplace: same element count, or a vector of the last dim.
 const float* broadcast_operand(const Tensor& target, const Tensor& a, const char* op, bool& per_row) {
   cpu::require_dtype(a, DType::kF32, op, "operand");
@@ -49,13 +58,8 @@ const float* broadcast_operand(const Tensor& target, const Tensor& a, const char
 
 void gelu_tanh(Tensor& x) {
   float* p = contiguous_f32(x, "gelu_tanh", "x");
-  const int64_t n = x.numel();
-  parallel_for((n + kGeluPiece - 1) / kGeluPiece, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t piece = begin; piece < end; ++piece) {
-      const int64_t i = piece * kGeluPiece;
-      cpu::gelu_tanh_mul_row(p + i, nullptr, p + i, std::min(kGeluPiece, n - i));
-    }
-  });
+  for_each_piece(x.numel(), kGeluPiece,
+                 [p](int64_t i, int64_t count) { cpu::gelu_tanh_mul_row(p + i, nullptr, p + i, count); });
 }
 
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
@@ -109,13 +113,7 @@ void softcap(Tensor& x, float cap) {
   LMX_REQUIRE(InvalidArgument, cap > 0.0f && std::isfinite(cap),
                            "softcap: cap must be positive and finite, got {}", cap);
   float* p = contiguous_f32(x, "softcap", "x");
-  const int64_t n = x.numel();
-  parallel_for((n + kElementGrain - 1) / kElementGrain, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t piece = begin; piece < end; ++piece) {
-      const int64_t i = piece * kElementGrain;
-      cpu::softcap_row(p + i, std::min(kElementGrain, n - i), cap);
-    }
-  });
+  for_each_piece(x.numel(), kElementGrain, [p, cap](int64_t i, int64_t count) { cpu::softcap_row(p + i, count, cap); });
 }
 
 void add_inplace(Tensor& out, const Tensor& a) {
