@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # GPU test suite (needs an NVIDIA GPU): every CUDA kernel against its CPU reference, the CUDA model
-# against the transformers goldens and the CPU, batch invariance on the GPU; optionally under
-# compute-sanitizer memcheck. Usage: scripts/test_gpu.sh [--memcheck] [gtest args...]
+# against the transformers goldens and the CPU, batch invariance on the GPU; then the quantized
+# projection tests again with each plan of the batch-1 4-bit kernel forced (ring depth LMX_Q4_STAGES,
+# rows per warp LMX_Q4_TILES), since a run picks one plan per shape. Optionally under compute-sanitizer memcheck.
+# Usage: scripts/test_gpu.sh [--memcheck] [gtest args...]   (gtest args: the first pass only)
 # On the GPU machine with a bundle from scripts/device_bundle.sh: scripts/device_run.sh scripts/test_gpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=$(command -v test_gpu || echo build/release/tests/test_gpu)
 [ -x "$binary" ] || scripts/build.sh release test_gpu
+runner=()
 if [ "${1:-}" = "--memcheck" ]; then
   shift
-  exec compute-sanitizer --tool memcheck --error-exitcode 1 --leak-check no "$binary" "$@"
+  runner=(compute-sanitizer --tool memcheck --error-exitcode 1 --leak-check no)
 fi
-exec "$binary" "$@"
+"${runner[@]}" "$binary" "$@"
+for stages in 2 4; do
+  for tiles in 1 2; do
+    echo "== batch-1 4-bit kernel with LMX_Q4_STAGES=$stages LMX_Q4_TILES=$tiles"
+    LMX_Q4_STAGES=$stages LMX_Q4_TILES=$tiles "${runner[@]}" "$binary" --gtest_filter='CudaLinear.Quantized*' \
+      --gtest_brief=1
+  done
+done

@@ -286,22 +286,28 @@ TEST_F(CudaLinear, QuantizedBatchInvariance) {
   struct Case {
     int bits, group;
     int64_t n, k;
+    DType scale_dtype = DType::kBF16;
   };
   // 4-bit cases cover the batch-1 kernel (q4_gemv_kernel): ragged K (its tail chunk), N not a multiple of
-  // its 32 rows, and a K whose staged x exceeds its 48 KiB (the generic kernel runs batch 1 instead); many
-  // blocks of 4 segments (N = 8480) and 80 blocks of 16 (N = 2560, the shape of E4B's down projection).
+  // its 32 rows, and a K whose shared memory would exceed the limit (the generic kernel runs batch 1
+  // instead); many blocks of 4 segments (N = 8480) and 80 blocks of 16 (N = 2560, the shape of E4B's down
+  // projection); segments of 5-6 chunks (N = 10240, its 8-deep ring) with a ragged last chunk, for each
+  // scale dtype (f16 and f32 windows are read differently from bf16's). scripts/test_gpu.sh reruns this
+  // with every plan forced (LMX_Q4_STAGES, LMX_Q4_TILES).
   for (const Case& c : {Case{4, 64, 300, 4096}, Case{8, 32, 70, ragged_k(32)}, Case{3, 128, 130, 1152},
                         Case{4, 32, 1000, 2560}, Case{6, 64, 17, 448}, Case{4, 64, 77, ragged_k(64)},
-                        Case{4, 128, 40, 65536}, Case{4, 64, 8480, 1024}, Case{4, 64, 2560, 4096}}) {
-    const ops::QuantizedWeight w =
-        test::random_quantized_weight({c.n, c.k}, c.bits, c.group, DType::kBF16, true);
+                        Case{4, 128, 40, 65536}, Case{4, 64, 8480, 1024}, Case{4, 64, 2560, 4096},
+                        Case{4, 64, 10240, 4160}, Case{4, 32, 10240, 4160, DType::kF16},
+                        Case{4, 128, 10240, 4224, DType::kF32}, Case{4, 64, 333, 1344, DType::kF16}}) {
+    const ops::QuantizedWeight w = test::random_quantized_weight({c.n, c.k}, c.bits, c.group, c.scale_dtype, true);
     const DeviceQuantizedWeight dw = upload(w);
     check_batch_invariance(
         c.k, c.n,
         [&](const DeviceBuffer& dx, int64_t x_stride, int64_t row0, int64_t m) {
           return quantized(dx, x_stride, row0, m, dw.view, c.n);
         },
-        "bits " + std::to_string(c.bits) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k));
+        "bits " + std::to_string(c.bits) + " group " + std::to_string(c.group) + " " +
+            std::string(dtype_name(c.scale_dtype)) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k));
     if (HasFailure()) return;
   }
 }

@@ -2,22 +2,26 @@
 // decode. It computes exactly what linear_decode_kernel<FormatQ4<Scale>, 1> computes — the same operands
 // into the same mma steps in the same order, the same segment sums added in the same order — so every
 // output is bit-identical to that kernel and to the prefill kernel (linear_tiles.cuh), and the
-// batch-invariance contract holds across all three. What differs is where the time went in the generic
-// kernel (ncu on the H200: 30 % of HBM bandwidth, warps stalled on L1 loads of x):
+// batch-invariance contract holds across all three. What differs is how the bytes arrive:
+// - weights come through a per-warp ring of kStages chunks in shared memory, filled by cp.async (16-byte
+//   copies, lane-private slots): a warp keeps kStages chunks in flight without holding them in registers,
+//   and the first kStages are requested before waiting for the previous kernel (programmatic dependent
+//   launch, launch.cuh), so they stream in while it finishes. The ring is short (2 chunks by default) on
+//   purpose: a small shared-memory footprint lets the next kernel's blocks become resident early too;
+// - each warp copies the scales and biases of its segment once, as 4-byte words of each row's window
+//   (coalesced), instead of two 2-byte loads per row, lane and chunk (ncu: those loads were the main
+//   L1 stall of the register-fed version, and 40 % of its L2 sectors were excess);
 // - x is converted once per warp into shared memory as the lane-ordered bf16 pairs of its mma B fragments
-//   (256 bytes per 128-column chunk; lanes of equal c read the same 64 bytes, a broadcast), so the main
-//   loop reads 4 LDS.128 per chunk instead of 8 LDG.128 of f32 and 16 conversions;
-// - each warp runs two independent mma chains (two 16-row tiles, 32 weight rows) that share the x
-//   fragment and overlap each other's latency;
-// - full 128-column chunks run without per-load predicates (the ragged last chunk of K, if any, uses the
-//   generic predicated loads); weight rows past n read row n - 1 (valid addresses; an mma output element
-//   depends only on its own row, and those rows are never stored);
-// - the first chunks of weights, scales and biases (constant data) are requested before waiting for the
-//   previous kernel (programmatic dependent launch, launch.cuh), so they stream in while it finishes.
+//   (256 bytes per 128-column chunk; lanes of equal c read the same 64 bytes, a broadcast);
+// - each warp runs kTiles independent mma chains (16-row tiles) that share the x fragment: two (32 rows
+//   per block) unless that leaves SMs idle, then one; weight rows past n read row n - 1 (valid
+//   addresses; never stored);
+// - the ragged last chunk of K, if any, uses the generic predicated register loads;
 // - with kGelu the input is gelu_tanh(x) * x_up, formed while staging (the GeGLU before a down projection:
 //   one kernel instead of two, and the same f32 values the gelu_tanh_mul op writes).
-// Shared memory: the segment partials ([segments][32] f32), then per warp x_chunks_per_warp(...) chunks of
-// staged x; q4_gemv_smem_bytes says how much (q4_gemv_applies: at most 48 KiB).
+// Shared memory: the segment partials ([segments][32] f32), then per warp: the weight ring
+// ([kStages][tile][half][lane] 16 bytes), the staged x, the scale and the bias windows
+// ([32 rows][scale_words] words each). q4_gemv_plan says how much, and whether the kernel applies.
 #pragma once
 
 #include "lmx/ops/cuda/activation_math.cuh"
@@ -26,30 +30,79 @@
 
 namespace lmx::cuda::linear {
 
-constexpr int kGemvTiles = 2;                // 16-row mma tiles per warp
-constexpr int kGemvRows = 16 * kGemvTiles;   // weight rows per block
+constexpr int kGemvMaxSmem = 227 * 1024;  // the H100/H200 per-block opt-in limit
 
-__host__ __device__ constexpr int x_chunks_per_warp(int chunks, int segments) {
-  return (chunks + segments - 1) / segments + 1;
+// How q4_gemv_kernel runs a problem: the ring depth (chunks in flight per warp) and the 16-row mma tiles
+// per warp (the block's weight rows are 16 * tiles).
+struct Q4GemvPlan {
+  int stages = 0;  // 0: the kernel does not apply
+  int tiles = 2;
+};
+
+// Per-warp shared-memory layout of q4_gemv_kernel, a function of the problem and its plan.
+struct Q4GemvLayout {
+  int x_chunks = 0;     // staged x chunks
+  int scale_words = 0;  // words per row of the scale (and of the bias) window; odd (bank spread)
+  int ring_bytes = 0, x_bytes = 0, scale_bytes = 0;
+  __host__ __device__ int warp_bytes() const { return ring_bytes + x_bytes + scale_bytes; }
+};
+
+__host__ __device__ inline Q4GemvLayout q4_gemv_layout(const Problem& p, int stages, int tiles) {
+  Q4GemvLayout l;
+  const int rows = 16 * tiles;
+  const int max_chunks = (p.chunks + p.segments - 1) / p.segments;  // the longest segment
+  const int scale_size = p.scale_dtype == DType::kF32 ? 4 : 2;
+  l.x_chunks = max_chunks + 1;
+  // A segment's groups span max_chunks * 128 / group scales; its word window may start 2 bytes early.
+  l.scale_words = ((max_chunks * (kChunk >> p.group_shift) * scale_size + 3) / 4 + 1) | 1;
+  l.ring_bytes = stages * rows * 64;  // a chunk of a row is 64 bytes
+  l.x_bytes = 64 * 4 * l.x_chunks;
+  l.scale_bytes = 2 * rows * 4 * l.scale_words;
+  return l;
 }
 
-inline size_t q4_gemv_smem_bytes(const Problem& p) {
-  return sizeof(float) * static_cast<size_t>(p.segments) * kGemvRows +
-         sizeof(uint32_t) * 64 * static_cast<size_t>(p.segments) * x_chunks_per_warp(p.chunks, p.segments);
+inline size_t q4_gemv_smem_bytes(const Problem& p, int stages, int tiles) {
+  return sizeof(float) * static_cast<size_t>(p.segments) * 16 * tiles +
+         static_cast<size_t>(p.segments) * q4_gemv_layout(p, stages, tiles).warp_bytes();
 }
 
-// Whether q4_gemv_kernel runs this problem (else the generic decode kernel does, without x_up).
-inline bool q4_gemv_applies(const Problem& p) {
-  return p.format == WeightFormat::kQ4 && p.m == 1 && p.x_vec4 && q4_gemv_smem_bytes(p) <= 48 * 1024;
+// The plan for this problem (quantized_gemv.cu; stages 0: the kernel does not apply, the generic decode
+// kernel runs, without x_up). The tiles only decide which warp computes which rows, so every plan gives
+// the same bits. LMX_Q4_STAGES=2|4 and LMX_Q4_TILES=1|2 in the environment force a choice, for A/B
+// measurements.
+Q4GemvPlan q4_gemv_plan(const Problem& p);
+
+inline bool q4_gemv_applies(const Problem& p) { return q4_gemv_plan(p).stages > 0; }
+
+// Scale or bias element at p in shared memory (raw bytes of the checkpoint's dtype), widened to f32 exactly
+// (for bf16, the f32 whose high half is the bf16: what FormatQ4's dequant expects).
+template <class Scale>
+__device__ __forceinline__ float shared_scale(const unsigned char* p) {
+  if constexpr (std::is_same_v<Scale, __nv_bfloat16>)
+    return __uint_as_float(static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p)) << 16);
+  else if constexpr (std::is_same_v<Scale, __half>)
+    return __half2float(*reinterpret_cast<const __half*>(p));
+  else
+    return *reinterpret_cast<const float*>(p);
 }
 
-// x_up is a parameter of its own, not a Problem field: with a larger Problem, ptxas gave this kernel 96
-// registers instead of 115 and it ran 13 % slower on the H200 (same code otherwise).
-template <class Scale, bool kGelu>
+// 4-byte asynchronous copy of `bytes` (0..4) valid source bytes, the rest zero-filled.
+__device__ __forceinline__ void cp_async_word(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+// 16-byte asynchronous weight copy, bypassing L1, with a 256-byte L2 prefetch (the row's next chunks).
+__device__ __forceinline__ void cp_async_stream16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// x_up is a parameter of its own, not a Problem field (a larger Problem cost registers in an earlier,
+// register-fed version of this kernel).
+template <class Scale, bool kGelu, int kStages, int kTiles>
 __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Problem p, const float* x_up) {
   using F = FormatQ4<Scale>;
-  constexpr int kTiles = kGemvTiles, kRows = kGemvRows;
-  constexpr int kUnroll = 2;  // chunks in flight per warp (8 16-byte loads per lane)
+  constexpr int kRows = 16 * kTiles;
+  constexpr int kScaleSize = sizeof(Scale);
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, c = lane & 3;
@@ -58,39 +111,62 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
   const int chunk_begin = segment_begin(warp, segments, p.chunks);
   const int chunk_end = segment_begin(warp + 1, segments, p.chunks);
   const int main_end = min(chunk_end, static_cast<int>(p.k / kChunk));  // full chunks of this segment
-  float* partial = reinterpret_cast<float*>(smem);                       // [segments][kRows]
-  uint32_t* xs = reinterpret_cast<uint32_t*>(partial + segments * kRows) +
-                 warp * x_chunks_per_warp(p.chunks, segments) * 64;  // [chunk - chunk_begin][c][16 pairs]
+  const Q4GemvLayout layout = q4_gemv_layout(p, kStages, kTiles);
+  const int words = layout.scale_words;
+  float* partial = reinterpret_cast<float*>(smem);  // [segments][kRows]
+  unsigned char* mine = smem + sizeof(float) * segments * kRows + warp * layout.warp_bytes();
+  uint4* ring = reinterpret_cast<uint4*>(mine);     // [kStages][tile][half][lane]
+  uint32_t* xs = reinterpret_cast<uint32_t*>(mine + layout.ring_bytes);  // [chunk - chunk_begin][c][16 pairs]
+  uint32_t* windows = reinterpret_cast<uint32_t*>(mine + layout.ring_bytes + layout.x_bytes);  // [2][kRows][words]
 
   // Rows (t, h): tile t, half h → weight row row0 + 16 t + 8 h + g (clamped to n - 1).
   const uint32_t* row_w[kTiles][2];
-  int64_t row_g[kTiles][2];
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_w[t][h] = p.weight + min(row0 + 16 * t + 8 * h + g, p.n - 1) * p.row_words;
+
+  // The scale and bias windows: row rr's groups [g0, g1) of this segment, as the aligned words that hold
+  // them (bytes past the arrays' ends zero-filled, never read).
+  const int64_t g0 = (static_cast<int64_t>(chunk_begin) * kChunk) >> p.group_shift;
+  const int64_t g1 = min((static_cast<int64_t>(chunk_end) * kChunk) >> p.group_shift, p.groups_per_row);
+  const int64_t array_bytes = p.n * p.groups_per_row * kScaleSize;
+  for (int i = lane; i < kRows * words; i += 32) {
+    const int rr = i / words, w = i - rr * words;
+    const int64_t r = min(row0 + rr, p.n - 1);
+    const int64_t first = (r * p.groups_per_row + g0) * kScaleSize, end = (r * p.groups_per_row + g1) * kScaleSize;
+    const int64_t byte = (first & ~int64_t{3}) + 4 * w;
+    const int bytes = byte < end ? static_cast<int>(min(int64_t{4}, array_bytes - byte)) : 0;
+    const int64_t at = bytes > 0 ? byte : 0;
+    cp_async_word(smem_address(windows + i), static_cast<const unsigned char*>(p.scales) + at, bytes);
+    cp_async_word(smem_address(windows + kRows * words + i), static_cast<const unsigned char*>(p.biases) + at, bytes);
+  }
+  cp_async_commit();
+  // Byte offset of lane's row (t, h) window start within the scale windows (its first group's byte).
+  int window[kTiles][2];
 #pragma unroll
   for (int t = 0; t < kTiles; ++t)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t r = min(row0 + 16 * t + 8 * h + g, p.n - 1);
-      row_w[t][h] = p.weight + r * p.row_words;
-      row_g[t][h] = r * p.groups_per_row;
+      const int rr = 16 * t + 8 * h + g;
+      const int64_t r = min(row0 + rr, p.n - 1);
+      window[t][h] = 4 * rr * words + static_cast<int>(((r * p.groups_per_row + g0) * kScaleSize) & 3);
     }
 
-  uint32_t raw[kUnroll][kTiles][2][4];
-  float sc[kUnroll][kTiles][2][1], bi[kUnroll][kTiles][2][1];
-  auto load_chunk = [&](int u, int j) {  // this lane's 16 bytes of chunk j of each of its rows
-    const int group = (j * kChunk + 32 * c) >> p.group_shift;
+  // Chunk j into ring slot `slot` (nothing past the full chunks); one commit group either way.
+  auto request_chunk = [&](int j, int slot) {
+    if (j < main_end) {
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t)
+      for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 v = load_stream16(reinterpret_cast<const uint4*>(row_w[t][h]) + 4 * j + c);
-        raw[u][t][h][0] = v.x, raw[u][t][h][1] = v.y, raw[u][t][h][2] = v.z, raw[u][t][h][3] = v.w;
-        sc[u][t][h][0] = load_scale_as<Scale>(p.scales, p.scale_dtype, row_g[t][h] + group);
-        bi[u][t][h][0] = load_scale_as<Scale>(p.biases, p.scale_dtype, row_g[t][h] + group);
-      }
+        for (int h = 0; h < 2; ++h)
+          cp_async_stream16(smem_address(ring + (slot * 2 * kTiles + 2 * t + h) * 32 + lane),
+                            row_w[t][h] + 16 * static_cast<int64_t>(j) + 4 * c);
+    }
+    cp_async_commit();
   };
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u)
-    if (chunk_begin + u < main_end) load_chunk(u, chunk_begin + u);
+  for (int s = 0; s < kStages; ++s) request_chunk(chunk_begin + s, s);
 
   wait_for_prior_kernels();
   allow_next_kernel();
@@ -145,16 +221,30 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
   float acc[kTiles][4];
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-  for (int j0 = chunk_begin; j0 < main_end; j0 += kUnroll) {
+  const unsigned char* scale_bytes = reinterpret_cast<const unsigned char*>(windows);
+  const unsigned char* bias_bytes = scale_bytes + 4 * kRows * words;
+  int slot = 0;
+  for (int j = chunk_begin; j < main_end; ++j) {
+    cp_async_wait<kStages - 1>();  // chunk j (and, first, the windows) arrived
+    __syncwarp();                  // the windows were copied by other lanes
+    uint32_t w[kTiles][2][4];
+    float s[kTiles][2][1], b[kTiles][2][1];
+    const int group_byte = static_cast<int>(((static_cast<int64_t>(j) * kChunk + 32 * c) >> p.group_shift) - g0) *
+                           kScaleSize;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = j0 + u;
-      if (j < main_end) {
-        multiply(raw[u], sc[u], bi[u], xs + (j - chunk_begin) * 64, acc);
-        if (j + kUnroll < main_end) load_chunk(u, j + kUnroll);  // the slot is free again
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 v = ring[(slot * 2 * kTiles + 2 * t + h) * 32 + lane];
+        w[t][h][0] = v.x, w[t][h][1] = v.y, w[t][h][2] = v.z, w[t][h][3] = v.w;
+        s[t][h][0] = shared_scale<Scale>(scale_bytes + window[t][h] + group_byte);
+        b[t][h][0] = shared_scale<Scale>(bias_bytes + window[t][h] + group_byte);
       }
-    }
+    multiply(w, s, b, xs + (j - chunk_begin) * 64, acc);
+    request_chunk(j + kStages, slot);  // the slot is free again (its words are in registers)
+    slot = slot + 1 == kStages ? 0 : slot + 1;
   }
+  cp_async_wait<0>();  // nothing may land after the block exits (the windows, when no full chunk ran)
   if (main_end < chunk_end) {  // the ragged last chunk of K: the generic predicated loads (zeros past k)
     const int j = main_end;
     const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);

@@ -6,6 +6,11 @@
 #include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+
 namespace lmx::cuda::linear {
 namespace {
 
@@ -16,16 +21,44 @@ void decode_rows(const Problem& p, cudaStream_t stream) {
   launch(linear_decode_kernel<F, NT>, grid, 32 * p.segments, smem, stream, p);
 }
 
+// q4_gemv_kernel for one plan; the shared-memory opt-in per call (cheap, host-side), so that every device
+// the process uses gets it.
+template <class Scale, bool kGelu, int kStages, int kTiles>
+void launch_gemv_q4(const Problem& p, const float* x_up, cudaStream_t stream) {
+  const dim3 grid(1, static_cast<unsigned>((p.n + 16 * kTiles - 1) / (16 * kTiles)));
+  const unsigned threads = 32 * static_cast<unsigned>(p.segments);
+  const size_t smem = q4_gemv_smem_bytes(p, kStages, kTiles);
+  auto* kernel = q4_gemv_kernel<Scale, kGelu, kStages, kTiles>;
+  if (smem > 48 * 1024)
+    LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  launch(kernel, grid, threads, smem, stream, p, x_up);
+}
+
+template <class Scale, bool kGelu, int kTiles>
+void gemv_q4_staged(const Problem& p, const float* x_up, int stages, cudaStream_t stream) {
+  if (stages == 2)
+    launch_gemv_q4<Scale, kGelu, 2, kTiles>(p, x_up, stream);
+  else
+    launch_gemv_q4<Scale, kGelu, 4, kTiles>(p, x_up, stream);
+}
+
+template <class Scale, bool kGelu>
+void gemv_q4_planned(const Problem& p, const float* x_up, const Q4GemvPlan& plan, cudaStream_t stream) {
+  if (plan.tiles == 1)
+    gemv_q4_staged<Scale, kGelu, 1>(p, x_up, plan.stages, stream);
+  else
+    gemv_q4_staged<Scale, kGelu, 2>(p, x_up, plan.stages, stream);
+}
+
 // Batch 1 with 4-bit weights (q4_gemv_applies): q4_gemv_kernel, with the GeGLU input when x_up is set.
 template <class Scale>
 bool gemv_q4(const Problem& p, const float* x_up, cudaStream_t stream) {
-  if (!q4_gemv_applies(p)) return false;
-  const dim3 grid(1, static_cast<unsigned>((p.n + kGemvRows - 1) / kGemvRows));
-  const unsigned threads = 32 * static_cast<unsigned>(p.segments);
+  const Q4GemvPlan plan = q4_gemv_plan(p);
+  if (plan.stages == 0) return false;
   if (x_up != nullptr)
-    launch(q4_gemv_kernel<Scale, true>, grid, threads, q4_gemv_smem_bytes(p), stream, p, x_up);
+    gemv_q4_planned<Scale, true>(p, x_up, plan, stream);
   else
-    launch(q4_gemv_kernel<Scale, false>, grid, threads, q4_gemv_smem_bytes(p), stream, p, nullptr);
+    gemv_q4_planned<Scale, false>(p, nullptr, plan, stream);
   return true;
 }
 
@@ -52,7 +85,34 @@ void decode_by_scale(const Problem& p, cudaStream_t stream, const float* x_up) {
   }
 }
 
+// An A/B override from the environment, read once: one of `allowed`, or 0 when unset.
+int forced_choice(const char* name, std::initializer_list<int> allowed) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  for (int a : allowed)
+    if (std::to_string(a) == v) return a;
+  LMX_REQUIRE(InvalidArgument, false, "{}: unsupported value '{}'", name, v);
+  return 0;
+}
+
 }  // namespace
+
+Q4GemvPlan q4_gemv_plan(const Problem& p) {
+  static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
+  static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
+  Q4GemvPlan plan;
+  const auto aligned4 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 3u) == 0; };
+  if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !aligned4(p.scales) || !aligned4(p.biases))
+    return plan;
+  // Measured on the H200 (docs/benchmarks.md): 2 chunks in flight per warp and 16 rows per warp except for
+  // very tall matrices (the LM head, 21504 x 5376). Deeper rings won some isolated GEMVs (16384 x 4096:
+  // 51 % of read bandwidth at 4 vs 49 % at 2) but lost in the model (E4B decode 327 vs 343 tok/s at 4, 300
+  // at 8): their shared memory keeps the next kernel's blocks, launched early (PDL), off the SMs.
+  plan.tiles = forced_tiles != 0 ? forced_tiles : p.n > 16384 ? 2 : 1;
+  const int stages = forced_stages != 0 ? forced_stages : 2;
+  if (q4_gemv_smem_bytes(p, stages, plan.tiles) <= kGemvMaxSmem) plan.stages = stages;
+  return plan;
+}
 
 void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up) {
   LMX_REQUIRE(InvalidArgument, x_up == nullptr || p.format == WeightFormat::kQ4,
