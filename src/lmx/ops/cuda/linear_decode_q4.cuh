@@ -127,19 +127,25 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
     for (int h = 0; h < 2; ++h) row_w[t][h] = p.weight + min(row0 + 16 * t + 8 * h + g, p.n - 1) * p.row_words;
 
   // The scale and bias windows: row rr's groups [g0, g1) of this segment, as the aligned words that hold
-  // them (bytes past the arrays' ends zero-filled, never read).
+  // them (bytes past the arrays' ends zero-filled, never read). Lanes walk (row, word) over a power-of-two
+  // word count per row (no division; consecutive lanes read consecutive words of a row).
   const int64_t g0 = (static_cast<int64_t>(chunk_begin) * kChunk) >> p.group_shift;
   const int64_t g1 = min((static_cast<int64_t>(chunk_end) * kChunk) >> p.group_shift, p.groups_per_row);
   const int64_t array_bytes = p.n * p.groups_per_row * kScaleSize;
-  for (int i = lane; i < kRows * words; i += 32) {
-    const int rr = i / words, w = i - rr * words;
-    const int64_t r = min(row0 + rr, p.n - 1);
-    const int64_t first = (r * p.groups_per_row + g0) * kScaleSize, end = (r * p.groups_per_row + g1) * kScaleSize;
-    const int64_t byte = (first & ~int64_t{3}) + 4 * w;
-    const int bytes = byte < end ? static_cast<int>(min(int64_t{4}, array_bytes - byte)) : 0;
-    const int64_t at = bytes > 0 ? byte : 0;
-    cp_async_word(smem_address(windows + i), static_cast<const unsigned char*>(p.scales) + at, bytes);
-    cp_async_word(smem_address(windows + kRows * words + i), static_cast<const unsigned char*>(p.biases) + at, bytes);
+  {
+    const int word_shift = 32 - __clz(words - 1);  // 2^word_shift >= words
+    for (int i = lane; i < (kRows << word_shift); i += 32) {
+      const int rr = i >> word_shift, w = i & ((1 << word_shift) - 1);
+      if (w >= words) continue;
+      const int64_t row_groups = min(row0 + rr, p.n - 1) * p.groups_per_row;
+      const int64_t byte = (((row_groups + g0) * kScaleSize) & ~int64_t{3}) + 4 * w;
+      const int bytes = byte < (row_groups + g1) * kScaleSize ? static_cast<int>(min(int64_t{4}, array_bytes - byte)) : 0;
+      const int64_t at = bytes > 0 ? byte : 0;
+      const int slot = rr * words + w;
+      cp_async_word(smem_address(windows + slot), static_cast<const unsigned char*>(p.scales) + at, bytes);
+      cp_async_word(smem_address(windows + kRows * words + slot), static_cast<const unsigned char*>(p.biases) + at,
+                    bytes);
+    }
   }
   cp_async_commit();
   // Byte offset of lane's row (t, h) window start within the scale windows (its first group's byte).
@@ -173,26 +179,42 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
 
   // Stage x: lane (half, c, i) packs columns 32 c + 8 i .. + 7 of one chunk into pairs 4 i .. 4 i + 3
   // (pair 4 i + k = bf16x2(x[32 c + 8 i + k], x[32 c + 8 i + 4 + k]), FormatQ4's pair order, as
-  // load_x_pairs builds it); zeros past k.
+  // load_x_pairs builds it); zeros past k. Up to kXBatch chunks per lane are loaded before any is stored,
+  // so their loads are in flight together (this runs after the PDL wait, on every warp's critical path).
   {
+    constexpr int kXBatch = kGelu ? 2 : 4;  // (the GeGLU input doubles the registers per chunk)
     const int ci = lane & 15, xc = ci >> 2, i = ci & 3;
-    for (int jj = lane >> 4; jj < chunk_end - chunk_begin; jj += 2) {
-      const int64_t col = static_cast<int64_t>(chunk_begin + jj) * kChunk + 32 * xc + 8 * i;
-      float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
-      if (col < p.k) {
-        lo = *reinterpret_cast<const float4*>(p.x + col);
-        hi = *reinterpret_cast<const float4*>(p.x + col + 4);
-        if constexpr (kGelu) {
-          const float4 ulo = *reinterpret_cast<const float4*>(x_up + col);
-          const float4 uhi = *reinterpret_cast<const float4*>(x_up + col + 4);
-          lo = make_float4(detail::gelu_tanh_mul(lo.x, ulo.x), detail::gelu_tanh_mul(lo.y, ulo.y),
-                           detail::gelu_tanh_mul(lo.z, ulo.z), detail::gelu_tanh_mul(lo.w, ulo.w));
-          hi = make_float4(detail::gelu_tanh_mul(hi.x, uhi.x), detail::gelu_tanh_mul(hi.y, uhi.y),
-                           detail::gelu_tanh_mul(hi.z, uhi.z), detail::gelu_tanh_mul(hi.w, uhi.w));
+    const int count = chunk_end - chunk_begin;
+    for (int jj0 = lane >> 4; jj0 < count; jj0 += 2 * kXBatch) {
+      float4 lo[kXBatch], hi[kXBatch], ulo[kXBatch], uhi[kXBatch];
+#pragma unroll
+      for (int u = 0; u < kXBatch; ++u) {
+        const int jj = jj0 + 2 * u;
+        const int64_t col = static_cast<int64_t>(chunk_begin + jj) * kChunk + 32 * xc + 8 * i;
+        lo[u] = hi[u] = ulo[u] = uhi[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (jj < count && col < p.k) {
+          lo[u] = *reinterpret_cast<const float4*>(p.x + col);
+          hi[u] = *reinterpret_cast<const float4*>(p.x + col + 4);
+          if constexpr (kGelu) {
+            ulo[u] = *reinterpret_cast<const float4*>(x_up + col);
+            uhi[u] = *reinterpret_cast<const float4*>(x_up + col + 4);
+          }
         }
       }
-      *reinterpret_cast<uint4*>(xs + jj * 64 + xc * 16 + 4 * i) = make_uint4(
-          pack_bf16x2(lo.x, hi.x), pack_bf16x2(lo.y, hi.y), pack_bf16x2(lo.z, hi.z), pack_bf16x2(lo.w, hi.w));
+#pragma unroll
+      for (int u = 0; u < kXBatch; ++u) {
+        const int jj = jj0 + 2 * u;
+        if (jj >= count) break;
+        float4 a = lo[u], b = hi[u];
+        if constexpr (kGelu) {
+          a = make_float4(detail::gelu_tanh_mul(a.x, ulo[u].x), detail::gelu_tanh_mul(a.y, ulo[u].y),
+                          detail::gelu_tanh_mul(a.z, ulo[u].z), detail::gelu_tanh_mul(a.w, ulo[u].w));
+          b = make_float4(detail::gelu_tanh_mul(b.x, uhi[u].x), detail::gelu_tanh_mul(b.y, uhi[u].y),
+                          detail::gelu_tanh_mul(b.z, uhi[u].z), detail::gelu_tanh_mul(b.w, uhi[u].w));
+        }
+        *reinterpret_cast<uint4*>(xs + jj * 64 + xc * 16 + 4 * i) =
+            make_uint4(pack_bf16x2(a.x, b.x), pack_bf16x2(a.y, b.y), pack_bf16x2(a.z, b.z), pack_bf16x2(a.w, b.w));
+      }
     }
     __syncwarp();
   }
@@ -223,14 +245,14 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
   for (int t = 0; t < kTiles; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
   const unsigned char* scale_bytes = reinterpret_cast<const unsigned char*>(windows);
   const unsigned char* bias_bytes = scale_bytes + 4 * kRows * words;
+  const int g0_32 = static_cast<int>(g0);
   int slot = 0;
   for (int j = chunk_begin; j < main_end; ++j) {
     cp_async_wait<kStages - 1>();  // chunk j (and, first, the windows) arrived
     __syncwarp();                  // the windows were copied by other lanes
     uint32_t w[kTiles][2][4];
     float s[kTiles][2][1], b[kTiles][2][1];
-    const int group_byte = static_cast<int>(((static_cast<int64_t>(j) * kChunk + 32 * c) >> p.group_shift) - g0) *
-                           kScaleSize;
+    const int group_byte = (((j * kChunk + 32 * c) >> p.group_shift) - g0_32) * kScaleSize;  // (32-bit: k < 2^31)
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll

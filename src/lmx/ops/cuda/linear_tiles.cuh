@@ -105,6 +105,15 @@ __device__ __forceinline__ uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t 
   return d;
 }
 
+// (a & kMask) | bits in one LOP3 (ptxas otherwise spends two: one 32-bit immediate per instruction; here
+// `bits` is a register operand).
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(kMask), "r"(bits));
+  return d;
+}
+
 // An integer code (< 2^23) as an exact f32.
 __device__ __forceinline__ float code_to_float(uint32_t code) {
   return __uint_as_float(0x4B000000u | code) - 8388608.0f;
@@ -206,7 +215,7 @@ struct FormatQ4 {
     const int k = P & 3;
     if constexpr (std::is_same_v<Scale, __nv_bfloat16>) {
       // (128 + q) as bf16 by exponent injection, minus 128 (exact), then one fma (one rounding).
-      const uint32_t v = ((word >> (4 * k)) & 0x000F000Fu) | 0x43004300u;
+      const uint32_t v = and_or<0x000F000Fu>(word >> (4 * k), 0x43004300u);
       const uint32_t q = fma_bf16x2(v, 0x3F803F80u, 0xC300C300u);
       // s and b are bf16 values widened: their bf16 bits are the f32's high half.
       const uint32_t s2 = __byte_perm(__float_as_uint(s[0]), 0u, 0x3232u);
