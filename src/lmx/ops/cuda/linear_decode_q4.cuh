@@ -13,15 +13,16 @@
 //   L1 stall of the register-fed version, and 40 % of its L2 sectors were excess);
 // - x is converted once per warp into shared memory as the lane-ordered bf16 pairs of its mma B fragments
 //   (256 bytes per 128-column chunk; lanes of equal c read the same 64 bytes, a broadcast);
-// - each warp runs kTiles independent mma chains (16-row tiles) that share the x fragment: two (32 rows
-//   per block) unless that leaves SMs idle, then one; weight rows past n read row n - 1 (valid
-//   addresses; never stored);
+// - each warp runs kTiles independent mma chains (16-row tiles) that share the x fragment: one (16 rows
+//   per block), two for matrices taller than 16384 rows (q4_gemv_plan); weight rows past n read row
+//   n - 1 (valid addresses; never stored);
 // - the ragged last chunk of K, if any, uses the generic predicated register loads;
 // - with kGelu the input is gelu_tanh(x) * x_up, formed while staging (the GeGLU before a down projection:
 //   one kernel instead of two, and the same f32 values the gelu_tanh_mul op writes).
-// Shared memory: the segment partials ([segments][32] f32), then per warp: the weight ring
+// Shared memory: the segment partials ([segments][16 kTiles] f32), then per warp: the weight ring
 // ([kStages][tile][half][lane] 16 bytes), the staged x, the scale and the bias windows
-// ([32 rows][scale_words] words each). q4_gemv_plan says how much, and whether the kernel applies.
+// ([16 kTiles rows][scale_words] words each); q4_gemv_smem_bytes. The kernel's limits are the
+// number of segments (a block is one warp per segment) and 227 KiB of shared memory per block.
 #pragma once
 
 #include "lmx/ops/cuda/activation_math.cuh"
