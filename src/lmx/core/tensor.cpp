@@ -135,11 +135,29 @@ Tensor Tensor::contiguous() const {
     std::memcpy(out.raw_data(), raw_data(), nbytes());
     return out;
   }
-  // Generic strided copy, innermost dimension at a time.
   int64_t n = numel();
-  std::vector<int64_t> index(shape_.size(), 0);
   auto* dst = static_cast<std::byte*>(out.raw_data());
   auto* src = static_cast<const std::byte*>(raw_data());
+  if (n == 0) return out;
+  if (strides_.back() == 1) {
+    // The last dimension is contiguous (every view slice/select/reshape makes): one copy per run of it.
+    // (Element by element, splitting a 128-expert gate_up stack took seconds per layer.)
+    const int64_t run = shape_.back();
+    std::vector<int64_t> index(shape_.size() - 1, 0);
+    for (int64_t r = 0; r < n / run; ++r) {
+      int64_t offset = 0;
+      for (size_t k = 0; k < index.size(); ++k) offset += index[k] * strides_[k];
+      std::memcpy(dst + static_cast<size_t>(r * run) * esize, src + static_cast<size_t>(offset) * esize,
+                  static_cast<size_t>(run) * esize);
+      for (size_t k = index.size(); k-- > 0;) {
+        if (++index[k] < shape_[k]) break;
+        index[k] = 0;
+      }
+    }
+    return out;
+  }
+  // Generic strided copy, one element at a time.
+  std::vector<int64_t> index(shape_.size(), 0);
   for (int64_t flat = 0; flat < n; ++flat) {
     int64_t offset = 0;
     for (size_t k = 0; k < shape_.size(); ++k) offset += index[k] * strides_[k];

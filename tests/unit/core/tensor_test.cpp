@@ -40,6 +40,39 @@ TEST(Tensor, SliceSelectReshapeShareStorage) {
   EXPECT_THROW(t.data<int32_t>(), InvalidArgument);
 }
 
+TEST(Tensor, ContiguousCopiesViewsOfEveryDimension) {
+  // A [4, 6, 5] tensor holding its flat index; views cut along each dimension (as splitting a stacked
+  // gate_up projection does along the middle one), then copied.
+  std::vector<float> v(120);
+  for (int i = 0; i < 120; ++i) v[i] = static_cast<float>(i);
+  const Tensor t = Tensor::from_vector(v, {4, 6, 5});
+  struct Cut {
+    int d;
+    int64_t start, end;
+  };
+  for (const Cut& cut : {Cut{0, 1, 3}, Cut{1, 3, 6}, Cut{1, 0, 1}, Cut{2, 2, 5}}) {
+    const Tensor view = t.slice(cut.d, cut.start, cut.end);
+    const Tensor c = view.contiguous();
+    ASSERT_TRUE(c.is_contiguous());
+    ASSERT_EQ(c.shape(), view.shape());
+    int64_t flat = 0;
+    for (int64_t i = 0; i < c.dim(0); ++i)
+      for (int64_t j = 0; j < c.dim(1); ++j)
+        for (int64_t k = 0; k < c.dim(2); ++k, ++flat) {
+          int64_t at[3] = {i, j, k};
+          at[cut.d] += cut.start;
+          EXPECT_EQ(c.data<float>()[flat], static_cast<float>(30 * at[0] + 5 * at[1] + at[2]))
+              << "cut along " << cut.d << " at " << i << "," << j << "," << k;
+        }
+  }
+  // A view of a view (select, then a slice of the last dimension) and an empty slice.
+  const Tensor inner = t.select(2).slice(1, 1, 4).contiguous();
+  ASSERT_EQ(inner.shape(), (Shape{6, 3}));
+  EXPECT_EQ(inner.data<float>()[0], 61.0f);
+  EXPECT_EQ(inner.data<float>()[17], 88.0f);
+  EXPECT_EQ(t.slice(1, 2, 2).contiguous().numel(), 0);
+}
+
 TEST(Half, Bf16RoundsToNearestEven) {
   // Exhaustive over a stride of bit patterns: the round trip is the nearest bf16 value.
   for (uint32_t u = 0; u < 0xffffffffu - 4093; u += 4093) {
