@@ -835,7 +835,7 @@ size_t prefill_scratch_bytes(const Problem& p);
 void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream);
 // Fills in the derived fields (chunks, segments, x_vec4; quantized_linear.cu). Needs p.n, p.k, p.m > 0.
 void complete(Problem& p);
-// complete(), then the decode or the prefill path; x_up as in launch_decode.
-void run(Problem p, CudaContext& ctx, const float* x_up = nullptr);
+// complete(), then the decode or the prefill path.
+void run(Problem p, CudaContext& ctx);
 
 }  // namespace lmx::cuda::linear

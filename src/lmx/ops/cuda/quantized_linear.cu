@@ -21,15 +21,14 @@ void complete(Problem& p) {
   p.x_vec4 = detail::aligned16(p.x) && (p.x_stride % 4 == 0 || p.m == 1);
 }
 
-void run(Problem p, CudaContext& ctx, const float* x_up) {
+void run(Problem p, CudaContext& ctx) {
   complete(p);
   if (p.m > kDecodeMaxRows) {
-    LMX_REQUIRE(InvalidArgument, x_up == nullptr, "linear: a GeGLU input needs the batch-1 4-bit kernel");
     auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, prefill_scratch_bytes(p)));
     launch_prefill(p, xp, ctx.stream());
     return;
   }
-  launch_decode(p, ctx.stream(), x_up);
+  launch_decode(p, ctx.stream());
 }
 
 }  // namespace linear
@@ -96,8 +95,8 @@ void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, in
   if (m == 0 || w.rows == 0) return;
   linear::Problem p = quantized_problem(gate, gate_stride, m, w, out, out_stride);
   linear::complete(p);
-  if (linear::q4_gemv_applies(p) && detail::aligned16(up)) {
-    linear::run(p, ctx, up);
+  if (linear::q4_gemv_applies(p) && detail::aligned16(up)) {  // (then M == 1: the decode path)
+    linear::launch_decode(p, ctx.stream(), up);
     return;
   }
   // Two kernels: the product into gate, then the projection.
