@@ -8,16 +8,23 @@
 namespace lmx::cuda::attn {
 namespace {
 
-// Warps per block: 16 query rows, ≤ 128 output columns per warp.
-constexpr int decode_nw(int dim_tier) { return dim_tier <= 128 ? 1 : dim_tier / 128; }
+// Warps per block: 16 query rows, ≤ 64 output columns (and ≥ 8 keys of S) per warp. A block holds one
+// 64-key tile and is latency-bound, so more warps per block finish it sooner (ncu, E4B at 512 keys:
+// 2 warps of dim 256 ran 9.4 µs at 0.3 instructions per cycle per scheduler).
+constexpr int decode_nw(int dim_tier) { return dim_tier <= 64 ? 1 : dim_tier / 64; }
 
 // grid.x = token × kv head × head block, grid.y = chunk slot (chunk = first visible chunk + slot).
 // Slots past the token's last visible chunk exit at once (the combine kernel never reads them), so
 // the grid can be sized from a capacity bound and replayed in a CUDA graph as kv_len grows.
+//
+// The key and value tile is requested before waiting for the previous kernel (attention_inputs, which
+// writes q and appends this call's keys): the step inputs (positions, lengths, sequence ids) are
+// copied from the host before the step, and every cache row older than this call was written at least
+// two kernels back, which launch.cuh's contract guarantees complete. With one query token the only new
+// row is its own position; it is copied after the wait. With several, the whole tile waits.
 template <int DT, int NW = decode_nw(DT)>
 __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Params p) {
-  wait_for_prior_kernels();
-  allow_next_kernel();
+  static_assert(kChunkTiles == 1, "a decode block computes one chunk of one tile");
   using L = Layout<DT, NW, 1>;
   using D = Dims<DT, NW>;
   extern __shared__ __align__(16) char smem[];
@@ -27,18 +34,32 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   const int kvh = rem / p.head_blocks, hb = rem % p.head_blocks;
   const int2 range = key_range(p, t);
   const int chunk = range.x / kChunkKeys + static_cast<int>(blockIdx.y);
-  if (range.y <= range.x || chunk * kChunkKeys >= range.y) return;
+  if (range.y <= range.x || chunk * kChunkKeys >= range.y) {
+    wait_for_prior_kernels();  // (so that this kernel never completes before the previous one)
+    return;
+  }
 
   const int seq = p.q_seq[t];
   const uint16_t* kbase = p.k[seq];
   const uint16_t* vbase = p.v[seq];
-  const int tile_lo = max(range.x / kTileKeys, chunk * kChunkTiles);
-  const int tile_hi = min((range.y + kTileKeys - 1) / kTileKeys, (chunk + 1) * kChunkTiles);
+  const int key0 = chunk * kTileKeys;
+  const int pos = p.q_pos[t];
+  const int fresh = p.tokens == 1 && pos >= range.x && pos < range.y ? pos : -1;  // appended by this call
   __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
   __nv_bfloat16* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
-  load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, range.x, range.y);
-  cp_async_commit();
-  load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, range.x, range.y);
+  if (p.tokens == 1) {
+    load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y, fresh);
+    load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y, fresh);
+  }
+  wait_for_prior_kernels();
+  allow_next_kernel();
+  if (p.tokens != 1) {
+    load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y);
+    load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y);
+  } else if (fresh >= key0 && fresh < key0 + kTileKeys) {
+    load_key_row<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, key0, fresh);
+    load_key_row<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, key0, fresh);
+  }
   cp_async_commit();
   setup_rows<DT, NW, 1>(p, smem, t, 1, kvh, hb);
 
@@ -50,25 +71,9 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
 
   ChunkState<DT, NW> st;
   st.reset();
-  for (int tile = tile_lo; tile < tile_hi; ++tile) {
-    const bool more = tile + 1 < tile_hi;
-    cp_async_wait<1>();
-    __syncthreads();
-    process_tile<DT, NW, 1>(
-        smem, st, tile * kTileKeys, lo, hi, p.scale_log2,
-        [&] {
-          if (more)
-            load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, (tile + 1) * kTileKeys, range.x,
-                                       range.y);
-          cp_async_commit();
-        },
-        [] { cp_async_wait<1>(); });
-    if (more)
-      load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, (tile + 1) * kTileKeys, range.x,
-                                 range.y);
-    cp_async_commit();
-  }
   cp_async_wait<0>();
+  __syncthreads();  // K, V and Q visible to every warp
+  process_tile<DT, NW, 1>(smem, st, key0, lo, hi, p.scale_log2, [] {}, [] {});
 
   // Chunk state of each valid row: (m, l) and acc.
 #pragma unroll
@@ -92,12 +97,12 @@ constexpr int kCombineThreads = 128;
 // The running maxima (an exact prefix max) and the merge coefficients come first; each output
 // element then runs its own chain x = fma(x, a_k, x_k * b_k), as the prefill kernel does in registers.
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(Params p) {
-  wait_for_prior_kernels();
-  allow_next_kernel();
   extern __shared__ float coef[];  // [4][n_slots]: m_k, a_k, b_k, l_k
   const int t = static_cast<int>(blockIdx.x) / p.heads, h = static_cast<int>(blockIdx.x) % p.heads;
   float* out = p.out + (static_cast<int64_t>(t) * p.heads + h) * p.head_dim;
-  const int2 range = key_range(p, t);
+  const int2 range = key_range(p, t);  // step inputs: no kernel writes them
+  wait_for_prior_kernels();
+  allow_next_kernel();
   if (range.y <= range.x) {
     for (int d = threadIdx.x; d < p.head_dim; d += kCombineThreads) out[d] = 0.0f;
     return;

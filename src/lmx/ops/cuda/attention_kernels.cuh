@@ -198,18 +198,45 @@ __device__ __forceinline__ void setup_rows(const Params& p, char* smem, int t0, 
 }
 
 // Issues the cp.async copies of one 64-key tile of K or V (keys outside [lo, hi) and columns past
-// head_dim are zero-filled, so never-written slots cannot put NaN into P·V).
+// head_dim are zero-filled, so never-written slots cannot put NaN into P·V). Thread i copies the 16
+// bytes at column 8 (i % (DT / 8)) of keys i / (DT / 8) + s · THREADS / (DT / 8): its column is fixed,
+// so its source pointer only steps (the 64-bit index arithmetic per copy was two thirds of the
+// batch-1 decode kernel's instructions).
+// Key `skip` (if in the tile) is left untouched, for a caller that copies that row later
+// (load_key_row).
 template <int DT, int THREADS>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* dst, const uint16_t* base, int kv_heads, int kvh,
-                                          int head_dim, int key0, int lo, int hi) {
+                                          int head_dim, int key0, int lo, int hi, int skip = -1) {
   constexpr int kStride = DT + 8;
   constexpr int kChunks = DT / 8;
-  for (int i = threadIdx.x; i < kTileKeys * kChunks; i += THREADS) {
-    const int key = i / kChunks, c = (i % kChunks) * 8;
-    const int j = key0 + key;
-    const bool ok = j >= lo && j < hi && c < head_dim;
-    const uint16_t* src = ok ? base + (static_cast<int64_t>(j) * kv_heads + kvh) * head_dim + c : base;
-    cp_async16(smem_addr(dst + key * kStride + c), src, ok ? 16 : 0);
+  static_assert(THREADS % kChunks == 0 && kTileKeys % (THREADS / kChunks) == 0,
+                "load_tile: the block's threads must cover whole key rows of the tile");
+  constexpr int kStep = THREADS / kChunks;  // keys per pass of the block
+  const int c = static_cast<int>(threadIdx.x % kChunks) * 8;
+  const int key = static_cast<int>(threadIdx.x / kChunks);
+  const int64_t key_elems = static_cast<int64_t>(kv_heads) * head_dim;
+  const bool col_ok = c < head_dim;
+  const uint16_t* src = base + (static_cast<int64_t>(key0 + key) * kv_heads + kvh) * head_dim + c;
+  const uint32_t to = smem_addr(dst + key * kStride + c);
+#pragma unroll
+  for (int s = 0; s < kTileKeys / kStep; ++s) {
+    const int j = key0 + key + s * kStep;
+    const bool ok = col_ok && j >= lo && j < hi;
+    if (j != skip) cp_async16(to + s * kStep * kStride * 2, ok ? src : base, ok ? 16 : 0);
+    src += kStep * key_elems;
+  }
+}
+
+// Copies the one row of key j (in the tile starting at key0) that load_tile skipped; columns past
+// head_dim zero-filled.
+template <int DT, int THREADS>
+__device__ __forceinline__ void load_key_row(__nv_bfloat16* dst, const uint16_t* base, int kv_heads, int kvh,
+                                             int head_dim, int key0, int j) {
+  constexpr int kStride = DT + 8;
+  const uint16_t* src = base + (static_cast<int64_t>(j) * kv_heads + kvh) * head_dim;
+  for (int c = static_cast<int>(threadIdx.x) * 8; c < DT; c += THREADS * 8) {
+    const bool ok = c < head_dim;
+    cp_async16(smem_addr(dst + (j - key0) * kStride + c), ok ? src + c : base, ok ? 16 : 0);
   }
 }
 
