@@ -6,9 +6,13 @@
 // Contract for every kernel launched through launch(): before it reads anything an earlier kernel
 // wrote, or writes anything an earlier kernel may still read, it calls wait_for_prior_kernels(), which
 // returns once the preceding kernel has completed and its writes are visible (and so, transitively,
-// every earlier one). Only data no kernel writes (weights, constants) may be read before that, e.g. to
-// prefetch. allow_next_kernel() lets the next kernel's blocks be scheduled early (they then sit in their
-// own wait); calling it is optional. Both are no-ops when the kernel was launched without the attribute.
+// every earlier one). Only data no kernel writes (weights, constants, step inputs copied from the host
+// before the step) may be read before that, e.g. to prefetch — and data written two or more kernels
+// back: every lmx kernel calls allow_next_kernel() only after its own wait (and at least one block of
+// every kernel waits before exiting), so when a kernel starts, all kernels before its predecessor have
+// completed (the decode attention prefetches older KV-cache rows this way). allow_next_kernel() lets
+// the next kernel's blocks be scheduled early (they then sit in their own wait); calling it is
+// optional. Both are no-ops when the kernel was launched without the attribute.
 //
 // LMX_CUDA_PDL=0 in the environment launches plainly (stream order only), for A/B measurements.
 #pragma once
