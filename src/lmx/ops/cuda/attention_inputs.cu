@@ -26,22 +26,46 @@ struct Jobs {
   int total_heads = 0;
 };
 
-// One warp per (token, head of some job): lane owns pairs (i, i + half) for i = lane + 32 j.
+// One warp per (token, head of some job): lane owns pairs (i, i + half) for i = lane + 32 j. Everything
+// that does not depend on q, k or v — the position, the cache row, the norm weights and the RoPE
+// angles' sines and cosines — is read and computed before waiting for the projection that writes them
+// (step inputs and weights: launch.cuh), so only the norm and the stores follow the wait.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     attention_inputs_kernel(const Jobs jobs, int64_t tokens, int head_dim, float eps, const int32_t* positions,
                             const int32_t* q_seq, const float* inv_freq) {
-  wait_for_prior_kernels();
-  allow_next_kernel();
   const int lane = threadIdx.x & 31;
   const int64_t t = blockIdx.x;
   int head = static_cast<int>(blockIdx.y) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (t >= tokens || head >= jobs.total_heads) return;
+  if (t >= tokens || head >= jobs.total_heads) {
+    wait_for_prior_kernels();
+    return;
+  }
   int j = 0;
   while (head >= jobs.job[j].heads) head -= jobs.job[j++].heads;
   const HeadNormJob& job = jobs.job[j];
   const int half = head_dim / 2;
-  const float* xr = job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim;
+  const float pos = static_cast<float>(positions[t]);
+  uint16_t* cache = nullptr;
+  if (job.store != nullptr)
+    cache = job.store[q_seq[t]] + (static_cast<int64_t>(positions[t]) * job.heads + head) * head_dim;
+  float w0[kMaxPairsPerLane], w1[kMaxPairsPerLane], sn[kMaxPairsPerLane], cs[kMaxPairsPerLane];
+  bool rotate[kMaxPairsPerLane];
+#pragma unroll
+  for (int p = 0; p < kMaxPairsPerLane; ++p) {
+    const int i = lane + 32 * p;
+    w0[p] = w1[p] = 1.0f;
+    sn[p] = 0.0f, cs[p] = 1.0f;
+    rotate[p] = false;
+    if (i >= half) continue;
+    if (job.weight != nullptr) w0[p] = job.weight[i], w1[p] = job.weight[i + half];
+    const float freq = job.rope ? inv_freq[i] : 0.0f;
+    rotate[p] = freq != 0.0f;  // rope's rotation; pairs with inv_freq 0 stay as they are
+    if (rotate[p]) sincosf(__fmul_rn(pos, freq), &sn[p], &cs[p]);
+  }
 
+  wait_for_prior_kernels();
+  allow_next_kernel();
+  const float* xr = job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim;
   float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
   float ss = 0.0f;
 #pragma unroll
@@ -52,23 +76,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     ss = fmaf(b[p], b[p], fmaf(a[p], a[p], ss));
   }
   const float inv = detail::inv_rms(detail::warp_sum(ss), static_cast<float>(head_dim), eps);
-  const float pos = static_cast<float>(positions[t]);
   float* out = job.store == nullptr ? job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim : nullptr;
-  uint16_t* cache = nullptr;
-  if (job.store != nullptr)
-    cache = job.store[q_seq[t]] + (static_cast<int64_t>(positions[t]) * job.heads + head) * head_dim;
 #pragma unroll
   for (int p = 0; p < kMaxPairsPerLane; ++p) {
     const int i = lane + 32 * p;
     if (i >= half) break;
     float x0 = __fmul_rn(a[p], inv), x1 = __fmul_rn(b[p], inv);
-    if (job.weight != nullptr) x0 = __fmul_rn(x0, job.weight[i]), x1 = __fmul_rn(x1, job.weight[i + half]);
-    const float freq = job.rope ? inv_freq[i] : 0.0f;
-    if (freq != 0.0f) {  // rope's rotation; pairs with inv_freq 0 stay as they are
-      float s, c;
-      sincosf(__fmul_rn(pos, freq), &s, &c);
-      detail::rotate_pair(x0, x1, s, c);
-    }
+    if (job.weight != nullptr) x0 = __fmul_rn(x0, w0[p]), x1 = __fmul_rn(x1, w1[p]);
+    if (rotate[p]) detail::rotate_pair(x0, x1, sn[p], cs[p]);
     if (cache != nullptr) {
       cache[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x0));
       cache[i + half] = __bfloat16_as_ushort(__float2bfloat16_rn(x1));
