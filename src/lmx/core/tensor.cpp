@@ -3,6 +3,8 @@
 
 #include "lmx/core/half.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -24,10 +26,21 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
   auto s = std::shared_ptr<Storage>(new Storage());
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded == 0) rounded = kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
-  if (!p) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
-  s->data_ = static_cast<std::byte*>(p);
+  if (rounded >= kMapThreshold) {
+    // Fresh anonymous pages are zero and page-aligned: no memset, and each page is faulted in (and
+    // cleared by the kernel) by whichever thread first writes it — in parallel when the tensor is
+    // filled by a parallel loop, instead of serially here.
+    void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    (void)madvise(p, rounded, MADV_HUGEPAGE);  // 2 MiB pages where the kernel allows them: 1/512 the faults
+    s->data_ = static_cast<std::byte*>(p);
+    s->mapped_bytes_ = rounded;
+  } else {
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, rounded);
+    s->data_ = static_cast<std::byte*>(p);
+  }
   s->bytes_ = bytes;
   s->owned_ = true;
   return s;
@@ -42,7 +55,10 @@ std::shared_ptr<Storage> Storage::borrow(std::shared_ptr<const void> keepalive, 
 }
 
 Storage::~Storage() {
-  if (owned_) std::free(data_);
+  if (owned_ && mapped_bytes_ > 0)
+    munmap(data_, mapped_bytes_);
+  else if (owned_)
+    std::free(data_);
 }
 
 namespace {

@@ -22,6 +22,9 @@ int64_t shape_numel(const Shape& shape);
 class Storage {
  public:
   static constexpr size_t kAlignment = 64;
+  // Allocations of at least this many bytes are mapped anonymous pages (zero without a memset;
+  // page-aligned) rather than heap memory.
+  static constexpr size_t kMapThreshold = size_t{4} << 20;
 
   // Zero-filled, aligned, owned allocation of `bytes` bytes.
   static std::shared_ptr<Storage> allocate(size_t bytes);
@@ -40,6 +43,7 @@ class Storage {
   std::byte* data_ = nullptr;
   size_t bytes_ = 0;
   bool owned_ = false;
+  size_t mapped_bytes_ = 0;  // owned and mapped (kMapThreshold): the length to unmap
   std::shared_ptr<const void> keepalive_;
 };
 

@@ -21,6 +21,7 @@ ShardedWriter::ShardedWriter(std::string dir, size_t shard_bytes) : dir_(std::mo
 }
 
 ShardedWriter::~ShardedWriter() {
+  if (writing_.joinable()) writing_.join();
   if (finished_) return;
   std::error_code ec;  // an unfinished write leaves no partial shards behind
   for (size_t i = 0; i < shard_names_.size(); ++i) std::filesystem::remove(dir_ + "/" + temp_shard_name(i), ec);
@@ -32,18 +33,32 @@ void ShardedWriter::add(const std::string& name, Tensor tensor) {
   pending_.emplace_back(name, std::move(tensor));
 }
 
+void ShardedWriter::wait_for_write() {
+  if (writing_.joinable()) writing_.join();
+  if (write_error_) std::rethrow_exception(std::exchange(write_error_, nullptr));
+}
+
 void ShardedWriter::flush() {
   if (pending_.empty()) return;
-  write_safetensors(dir_ + "/" + temp_shard_name(shard_names_.size()), pending_, {{"format", "pt"}});
+  wait_for_write();
   std::vector<std::string> names;
   for (const auto& [name, t] : pending_) names.push_back(name);
+  const std::string path = dir_ + "/" + temp_shard_name(shard_names_.size());
   shard_names_.push_back(std::move(names));
+  writing_ = std::thread([this, path, tensors = std::move(pending_)] {
+    try {
+      write_safetensors(path, tensors, {{"format", "pt"}});
+    } catch (...) {
+      write_error_ = std::current_exception();
+    }
+  });
   pending_.clear();
   pending_bytes_ = 0;
 }
 
 void ShardedWriter::finish() {
   flush();
+  wait_for_write();
   const size_t count = shard_names_.size();
   auto rename = [&](size_t i, const std::string& final_name) {
     std::error_code ec;

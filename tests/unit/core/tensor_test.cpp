@@ -18,6 +18,28 @@ TEST(Tensor, ZerosIsAlignedAndZero) {
   EXPECT_EQ(t.nbytes(), 60u);
 }
 
+TEST(Tensor, LargeZerosAreMappedZeroPagesThatOutliveTheirViews) {
+  // Sizes around Storage::kMapThreshold (heap below, mapped pages from it on), each zero, aligned,
+  // writable to the last byte, and kept alive by views after the tensor itself is gone.
+  const int64_t at = static_cast<int64_t>(Storage::kMapThreshold);
+  for (int64_t bytes : {at - 64, at, at + 4, 3 * at + 4096}) {
+    Tensor view;
+    {
+      Tensor t = Tensor::zeros({bytes}, DType::kU8);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % Storage::kAlignment, 0u) << bytes;
+      const auto* p = static_cast<const unsigned char*>(t.raw_data());
+      int64_t nonzero = 0;
+      for (int64_t i = 0; i < bytes; ++i) nonzero += p[i] != 0;
+      EXPECT_EQ(nonzero, 0) << bytes;
+      auto* w = static_cast<unsigned char*>(t.raw_data());
+      w[0] = 1;
+      w[bytes - 1] = 2;
+      view = t.slice(0, bytes - 1, bytes);
+    }
+    EXPECT_EQ(static_cast<const unsigned char*>(view.raw_data())[0], 2) << bytes;
+  }
+}
+
 TEST(Tensor, SliceSelectReshapeShareStorage) {
   std::vector<float> v(24);
   for (int i = 0; i < 24; ++i) v[i] = static_cast<float>(i);
