@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmarks for docs/benchmarks.md: writes synthetic 4-bit (group 64) checkpoints of the given
-# Gemma 4 presets and runs `lmx bench --device cuda` at each prompt length, one JSON line per run.
+# Gemma 4 presets and runs `lmx bench --device cuda` at each prompt length, one JSON line per run (and
+# how long each checkpoint took to write, on stderr).
 # Usage: scripts/bench_gpu.sh [--presets "gemma4-e4b gemma4-26b-a4b"] [--prompts "512 2048 8192"]
 #                             [--gen 128] [--dir /dev/shm/lmx-synth]
 set -euo pipefail
@@ -21,7 +22,11 @@ lmx=$(command -v lmx || echo build/release/lmx)
 mkdir -p "$dir"
 for preset in $presets; do
   model="$dir/$preset-q4"
-  [ -f "$model/config.json" ] || "$lmx" synth --preset "$preset" --out "$model" --seed 1 --quantize 4:64 >/dev/null
+  if [ ! -f "$model/config.json" ]; then
+    start=$SECONDS
+    "$lmx" synth --preset "$preset" --out "$model" --seed 1 --quantize 4:64 >/dev/null
+    echo "bench_gpu: synth $preset took $((SECONDS - start)) s" >&2
+  fi
   for p in $prompts; do
     "$lmx" bench --device cuda --model "$model" --prompt-tokens "$p" --gen-tokens "$gen" --json
   done
