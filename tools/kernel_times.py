@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises an Nsight Compute CSV of kernel durations (ncu --metrics gpu__time_duration.sum --csv)
 from an `lmx bench --device cuda` run: splits the kernel sequence into forward steps (each ends with
-the argmax kernel), averages the last decode steps, and prints per kernel name and grid the launches
+the argmax kernel, or its merge kernel), averages the last decode steps, and prints per kernel name and grid the launches
 per step, µs per step and share of the step's kernel time, then the same per kernel name. Used by scripts/profile_gpu.sh.
 
 Usage: kernel_times.py FILE.csv [--steps N]   (N = decode steps to average, from the end; default 3)
@@ -58,7 +58,7 @@ def main():
     steps, current = [], []
     for name, us in kernels:
         current.append((name, us))
-        if name.startswith("argmax"):
+        if name.startswith(("argmax_rows", "argmax_merge")):  # a step's last kernel (wide rows: parts, then merge)
             steps.append(current)
             current = []
     if len(steps) < 2:

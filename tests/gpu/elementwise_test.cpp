@@ -596,7 +596,7 @@ TEST_F(CudaElementwise, EmbeddingBitExact) {
 // argmax_rows against ops::argmax, exactly, with planted ties (the first wins), NaNs (never win),
 // all-NaN rows (→ 0), ±inf, and rows as wide as a 262144-token vocabulary.
 TEST_F(CudaElementwise, ArgmaxRowsExact) {
-  for (int64_t cols : {1, 2, 7, 33, 2560, 262144}) {
+  for (int64_t cols : {1, 2, 7, 33, 2560, 16383, 16384, 20001, 262144}) {
     for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{130}, int64_t{70000}}) {
       if (rows * cols > 40 * 1000 * 1000 || (rows == 70000 && cols > 2)) continue;
       for (int64_t offset : {0, 1}) {
@@ -641,12 +641,20 @@ TEST_F(CudaElementwise, ArgmaxRowsExact) {
           }
         }
         cuda::DeviceBuffer dx = up(x);
-        cuda::DeviceBuffer dout = up(std::vector<int32_t>(static_cast<size_t>(rows), -7));
-        cuda::argmax_rows(dx.as<float>() + offset, rows, cols, dout.as<int32_t>(), stream());
-        const std::vector<int32_t> got = down<int32_t>(dout, static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r) {
-          const std::span<const float> row(x.data() + offset + r * cols, static_cast<size_t>(cols));
-          ASSERT_EQ(got[static_cast<size_t>(r)], ops::argmax(row)) << "row " << r << " (case " << r % 8 << ")";
+        // One kernel per row, then (wide rows) the split over blocks with its merge.
+        const size_t partial_bytes = cuda::argmax_partials_bytes(rows, cols);
+        cuda::DeviceBuffer partials(std::max<size_t>(partial_bytes, 1));
+        for (bool split : {false, true}) {
+          if (split && partial_bytes == 0) continue;
+          cuda::DeviceBuffer dout = up(std::vector<int32_t>(static_cast<size_t>(rows), -7));
+          cuda::argmax_rows(dx.as<float>() + offset, rows, cols, dout.as<int32_t>(), stream(),
+                            split ? partials.data() : nullptr, split ? partial_bytes : 0);
+          const std::vector<int32_t> got = down<int32_t>(dout, static_cast<size_t>(rows));
+          for (int64_t r = 0; r < rows; ++r) {
+            const std::span<const float> row(x.data() + offset + r * cols, static_cast<size_t>(cols));
+            ASSERT_EQ(got[static_cast<size_t>(r)], ops::argmax(row))
+                << "row " << r << " (case " << r % 8 << ")" << (split ? " split" : "");
+          }
         }
       }
     }

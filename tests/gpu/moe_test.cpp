@@ -6,6 +6,7 @@
 #include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/ops.h"
 #include "lmx/ops/quantized.h"
@@ -467,6 +468,131 @@ TEST_F(CudaMoeTest, ZeroTokensIsANoOp) {
   cuda::dense_moe_experts(nullptr, 0, nullptr, nullptr, 2, m.v_gate_up, m.v_down, nullptr, ctx());
   cuda::moe_route(nullptr, 0, 8, 2, nullptr, nullptr, nullptr, ctx().stream());
   ctx().synchronize();
+}
+
+// ---- The MoE block's fused norms -------------------------------------------------------------------------
+//
+// moe_inputs and the combine with MoeOutputNorms must give the bits of the ops they replace, for rows one
+// warp normalises (H <= 1024), rows a block normalises, and rows too ragged for float4 loads (there the
+// fused combine sums squares in float order where the unfused rms_norm of the aligned expert output sums
+// float4s: compared within a few f32 roundings).
+
+TEST_F(CudaMoeTest, MoeInputsGiveTheBitsOfTheUnfusedOps) {
+  struct Case {
+    int64_t tokens;
+    int hidden;
+    bool weights;
+  };
+  const Case cases[] = {{1, 2816, true}, {5, 2816, true}, {3, 64, true}, {7, 30, true},
+                        {2, 1030, true}, {4, 5120, false}, {9, 128, false}};
+  for (const Case& c : cases) {
+    const std::string what = fmt::format("T={} H={}{}", c.tokens, c.hidden, c.weights ? "" : " no weights");
+    const int64_t n = c.tokens * c.hidden;
+    const float mul = 1.0f / std::sqrt(static_cast<float>(c.hidden));
+    const DeviceBuffer x = upload(test::random_tensor({c.tokens, c.hidden}, DType::kF32, -3.0f, 3.0f));
+    const DeviceBuffer router_scale = upload(test::random_tensor({c.hidden}, DType::kF32, 0.5f, 1.5f));
+    const DeviceBuffer expert_norm = upload(test::random_tensor({c.hidden}, DType::kF32, -2.0f, 2.0f));
+    const float* rs = c.weights ? router_scale.as<float>() : nullptr;
+    const float* en = c.weights ? expert_norm.as<float>() : nullptr;
+    DeviceBuffer routed(sizeof(float) * n), expert_in(sizeof(float) * n), want_routed(sizeof(float) * n),
+        want_expert_in(sizeof(float) * n);
+    const cudaStream_t s = ctx().stream();
+    cuda::moe_inputs(x.as<float>(), c.tokens, c.hidden, rs, mul, en, 1e-6f, routed.as<float>(), expert_in.as<float>(),
+                     s);
+    cuda::rms_norm(x.as<float>(), c.hidden, want_routed.as<float>(), c.hidden, c.tokens, c.hidden, nullptr, 1e-6f, s);
+    if (rs != nullptr) cuda::mul_rows(want_routed.as<float>(), rs, c.tokens, c.hidden, s);
+    cuda::scale(want_routed.as<float>(), n, mul, s);
+    cuda::rms_norm(x.as<float>(), c.hidden, want_expert_in.as<float>(), c.hidden, c.tokens, c.hidden, en, 1e-6f, s);
+    ctx().synchronize();
+    const Tensor got_r = download_f32(routed, {n}), want_r = download_f32(want_routed, {n});
+    const Tensor got_e = download_f32(expert_in, {n}), want_e = download_f32(want_expert_in, {n});
+    EXPECT_TRUE(bits_equal(got_r.data<float>(), want_r.data<float>(), n)) << what << ": routed";
+    EXPECT_TRUE(bits_equal(got_e.data<float>(), want_e.data<float>(), n)) << what << ": expert_in";
+  }
+}
+
+TEST_F(CudaMoeTest, ExpertOutputNormsGiveTheBitsOfTheUnfusedOps) {
+  struct Case {
+    int64_t tokens, hidden, inter;
+    int experts, top_k;
+    bool dense, misaligned;
+  };
+  const Case cases[] = {
+      {1, 2816, 704, 16, 8, false, false},  // decode (ungrouped), a block per row
+      {64, 128, 64, 16, 2, false, false},   // grouped, a warp per row
+      {600, 64, 32, 16, 8, false, false},   // several passes
+      {5, 128, 64, 4, 2, true, false},      // dense experts
+      {3, 2048, 64, 4, 2, false, true},     // dense_out 4 bytes past a 16-byte boundary: float rows
+      {3, 256, 64, 4, 2, false, true},
+  };
+  for (const Case& c : cases) {
+    const std::string what = fmt::format("T={} H={} I={} E={} k={}{}{}", c.tokens, c.hidden, c.inter, c.experts,
+                                         c.top_k, c.dense ? " dense" : "", c.misaligned ? " misaligned" : "");
+    const int64_t n = c.tokens * c.hidden;
+    QuantizedMoe q;
+    DenseMoe d;
+    if (c.dense) {
+      d = make_dense(c.experts, c.hidden, c.inter, DType::kBF16);
+    } else {
+      q.gate = quantized_stack(c.experts, c.inter, c.hidden, 4, 32, DType::kBF16);
+      q.up = quantized_stack(c.experts, c.inter, c.hidden, 4, 32, DType::kBF16);
+      q.down = quantized_stack(c.experts, c.hidden, c.inter, 4, 32, DType::kBF16);
+      q.d_gate = upload_quantized(q.gate);
+      q.d_up = upload_quantized(q.up);
+      q.d_down = upload_quantized(q.down);
+    }
+    const Tensor x = test::random_tensor({c.tokens, c.hidden});
+    const Routing r = make_routing(c.tokens, c.experts, c.top_k, true);
+    const Tensor dense_in = test::random_tensor({c.tokens, c.hidden}, DType::kF32, -4.0f, 4.0f);
+    const DeviceBuffer d_x = upload(x), d_experts = upload(r.experts), d_weights = upload(r.weights);
+    const DeviceBuffer dense_norm = upload(test::random_tensor({c.hidden}, DType::kF32, -2.0f, 2.0f));
+    const DeviceBuffer expert_norm = upload(test::random_tensor({c.hidden}, DType::kF32, -2.0f, 2.0f));
+    const int64_t skip = c.misaligned ? 1 : 0;  // floats before the dense rows
+    DeviceBuffer dense(sizeof(float) * (n + 1)), want_dense(sizeof(float) * (n + 1));
+    float* dense_rows = dense.as<float>() + skip;
+    float* want_dense_rows = want_dense.as<float>() + skip;
+    ASSERT_EQ(cudaMemcpy(dense_rows, dense_in.raw_data(), dense_in.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(want_dense_rows, dense_in.raw_data(), dense_in.nbytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    DeviceBuffer out(sizeof(float) * n), want_out(sizeof(float) * n);
+    auto experts = [&](float* o, const cuda::MoeOutputNorms* norms) {
+      if (c.dense)
+        cuda::dense_moe_experts(d_x.as<float>(), c.tokens, d_experts.as<int32_t>(), d_weights.as<float>(), c.top_k,
+                                d.v_gate_up, d.v_down, o, ctx(), norms);
+      else
+        cuda::quantized_moe_experts(d_x.as<float>(), c.tokens, d_experts.as<int32_t>(), d_weights.as<float>(),
+                                    c.top_k, q.d_gate.view, q.d_up.view, q.d_down.view, o, ctx(), norms);
+    };
+    cuda::MoeOutputNorms norms;
+    norms.dense_out = dense_rows;
+    norms.dense_norm = dense_norm.as<float>();
+    norms.expert_norm = expert_norm.as<float>();
+    norms.eps = 1e-6f;
+    experts(out.as<float>(), &norms);
+    const cudaStream_t s = ctx().stream();
+    const int h = static_cast<int>(c.hidden);
+    experts(want_out.as<float>(), nullptr);
+    cuda::rms_norm(want_dense_rows, h, want_dense_rows, h, c.tokens, h, dense_norm.as<float>(), 1e-6f, s);
+    cuda::rms_norm(want_out.as<float>(), h, want_out.as<float>(), h, c.tokens, h, expert_norm.as<float>(), 1e-6f, s);
+    cuda::add(want_dense_rows, want_out.as<float>(), n, s);
+    ctx().synchronize();
+    const Tensor got_o = download_f32(out, {n}), want_o = download_f32(want_out, {n});
+    const Tensor got_d = download_f32(dense, {n + 1}).slice(0, skip, skip + n).contiguous();
+    const Tensor want_d = download_f32(want_dense, {n + 1}).slice(0, skip, skip + n).contiguous();
+    if (!c.misaligned) {
+      EXPECT_TRUE(bits_equal(got_o.data<float>(), want_o.data<float>(), n)) << what << ": out";
+      EXPECT_TRUE(bits_equal(got_d.data<float>(), want_d.data<float>(), n)) << what << ": dense_out";
+    } else {
+      // Each output is a normed value (|v| up to ~2 · 3 · sqrt(H) for these inputs) or a sum of two: a few
+      // f32 roundings of the inverse rms apart.
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got_o.data<float>()[i], want_o.data<float>()[i], 1e-5 * (1.0 + std::fabs(want_o.data<float>()[i])))
+            << what << ": out " << i;
+        ASSERT_NEAR(got_d.data<float>()[i], want_d.data<float>()[i], 1e-5 * (1.0 + std::fabs(want_d.data<float>()[i])))
+            << what << ": dense_out " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -415,29 +415,29 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
     linear_gelu(lw.down_proj, gate, inter, w.up.as<float>(), inter, t, ffn, hidden);
   }
   if (spec.moe) {
-    cuda::rms_norm(ffn, hidden, ffn, hidden, t, static_cast<int>(hidden), lw.post_feedforward_layernorm_1.get(), eps, s);
-    // The router reads the residual stream itself.
+    // The router and the experts read the residual stream itself, normed (one kernel for both inputs); the
+    // experts' combine then norms their sum and the dense MLP's output and adds them into ffn.
     float* routed = w.routed.as<float>();
-    cuda::rms_norm(x, hidden, routed, hidden, t, static_cast<int>(hidden), nullptr, eps, s);
-    cuda::mul_rows(routed, lw.router_scale.get(), t, hidden, s);
-    cuda::scale(routed, t * hidden, 1.0f / std::sqrt(static_cast<float>(hidden)), s);
+    float* expert_in = w.expert_in.as<float>();
+    cuda::moe_inputs(x, t, static_cast<int>(hidden), lw.router_scale.get(), 1.0f / std::sqrt(static_cast<float>(hidden)),
+                     lw.pre_feedforward_layernorm_2.get(), eps, routed, expert_in, s);
     linear(lw.router_proj, routed, hidden, t, w.router_logits.as<float>(), config_.num_experts);
     cuda::moe_route(w.router_logits.as<float>(), t, config_.num_experts, config_.top_k_experts,
                     lw.router_per_expert_scale.get(), w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(), s);
-    float* expert_in = w.expert_in.as<float>();
+    cuda::MoeOutputNorms norms;
+    norms.dense_out = ffn;
+    norms.dense_norm = lw.post_feedforward_layernorm_1.get();
+    norms.expert_norm = lw.post_feedforward_layernorm_2.get();
+    norms.eps = eps;
     float* expert_out = w.expert_out.as<float>();
-    cuda::rms_norm(x, hidden, expert_in, hidden, t, static_cast<int>(hidden), lw.pre_feedforward_layernorm_2.get(), eps,
-                   s);
     if (lw.experts_down.quantized)
       cuda::quantized_moe_experts(expert_in, t, w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(),
                                   config_.top_k_experts, lw.experts_gate.packed, lw.experts_up.packed,
-                                  lw.experts_down.packed, expert_out, ctx_);
+                                  lw.experts_down.packed, expert_out, ctx_, &norms);
     else
       cuda::dense_moe_experts(expert_in, t, w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(),
-                              config_.top_k_experts, lw.experts_gate_up.dense, lw.experts_down.dense, expert_out, ctx_);
-    cuda::rms_norm(expert_out, hidden, expert_out, hidden, t, static_cast<int>(hidden),
-                   lw.post_feedforward_layernorm_2.get(), eps, s);
-    cuda::add(ffn, expert_out, t * hidden, s);
+                              config_.top_k_experts, lw.experts_gate_up.dense, lw.experts_down.dense, expert_out, ctx_,
+                              &norms);
   }
 }
 
@@ -499,7 +499,10 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
   linear(head, last, hidden, plan.out_rows, logits, config_.vocab_size);
   if (config_.final_logit_softcapping)
     cuda::softcap(logits, plan.out_rows * config_.vocab_size, *config_.final_logit_softcapping, s);
-  cuda::argmax_rows(logits, plan.out_rows, config_.vocab_size, w.argmax.as<int32_t>(), s);
+  const size_t argmax_bytes = cuda::argmax_partials_bytes(plan.out_rows, config_.vocab_size);
+  void* argmax_partials = argmax_bytes > 0 ? ctx_.scratch(cuda::Scratch::kArgmaxPartials, argmax_bytes) : nullptr;
+  cuda::argmax_rows(logits, plan.out_rows, config_.vocab_size, w.argmax.as<int32_t>(), s, argmax_partials,
+                    argmax_bytes);
 }
 
 void Gemma4CudaModel::run_step(const StepPlan& plan) {

@@ -18,6 +18,7 @@ enum class Scratch : int {
   kAttentionPartials,
   kMoeRouting,
   kMoeActivations,
+  kArgmaxPartials,
   kCount
 };
 

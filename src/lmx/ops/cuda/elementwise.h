@@ -58,7 +58,12 @@ void embedding(const void* table, DType dtype, int64_t dim, const int32_t* ids, 
                float* out, int64_t out_stride, cudaStream_t stream);
 
 // out[r] = index of the first maximum of x[r, 0:cols] (NaN never wins unless all are NaN → 0).
-void argmax_rows(const float* x, int64_t rows, int64_t cols, int32_t* out, cudaStream_t stream);
+// With `partials` of at least argmax_partials_bytes(rows, cols) bytes (0 for narrow rows: then none is needed),
+// wide rows are split over many blocks and merged by a second kernel (same results; a 262144-column row in one
+// block reads at a few tens of GB/s).
+void argmax_rows(const float* x, int64_t rows, int64_t cols, int32_t* out, cudaStream_t stream,
+                 void* partials = nullptr, size_t partials_bytes = 0);
+size_t argmax_partials_bytes(int64_t rows, int64_t cols);
 
 // Copies `rows` rows of `cols` f32 between strided buffers (a device-side gather of row views).
 void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols,

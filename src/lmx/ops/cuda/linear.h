@@ -61,15 +61,36 @@ void quantized_embedding(const DeviceQuantized& table, const int32_t* ids, int64
 void moe_route(const float* logits, int64_t tokens, int num_experts, int top_k, const float* per_expert_scale,
                int32_t* experts, float* weights, cudaStream_t stream);
 
+// The MoE block's input norms in one kernel. With r = rms_norm(x[t]) (no weight): routed[t] = (r ·
+// router_scale) · router_mul (the router's input) and expert_in[t] = r · expert_norm. The bits of rms_norm,
+// mul_rows, scale and rms_norm run in that order (for 16-byte aligned buffers; otherwise up to the order of
+// the f32 sum of squares). Weights may be nullptr (none); x, routed and expert_in are contiguous [tokens,
+// hidden] and must not alias.
+void moe_inputs(const float* x, int64_t tokens, int hidden, const float* router_scale, float router_mul,
+                const float* expert_norm, float eps, float* routed, float* expert_in, cudaStream_t stream);
+
+// The MoE block's output norms, run by the expert dispatch in place of its plain combine. With e[t] the
+// experts' sum (the contract below) and d[t] = dense_out[t] (the dense MLP's output, contiguous [T, H]):
+//   out[t] = rms_norm(e[t]) · expert_norm,   dense_out[t] = rms_norm(d[t]) · dense_norm + out[t]
+// — the bits of the plain dispatch followed by rms_norm, rms_norm and add (for 16-byte aligned buffers;
+// otherwise up to the order of the f32 sums of squares). Weights may be nullptr (none).
+struct MoeOutputNorms {
+  float* dense_out = nullptr;
+  const float* dense_norm = nullptr;   // f32 [H]
+  const float* expert_norm = nullptr;  // f32 [H]
+  float eps = 1e-6f;
+};
+
 // Expert dispatch (ops::moe_experts's contract): out[t] = Σ_j weights[t,j] * down_e(gelu_tanh(gate_e(x[t])) *
 // up_e(x[t])), e = experts[t, j], the sum over j in the row's order. Quantized experts: gate and up
 // [E, I, H] (separate, MLX switch_glu), down [E, H, I]. x [T, H] f32 contiguous, out [T, H].
 // Expert ids are read from device memory (graph-safe); tokens are grouped by expert on the device.
 void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
                            const DeviceQuantized& gate, const DeviceQuantized& up, const DeviceQuantized& down,
-                           float* out, CudaContext& ctx);
+                           float* out, CudaContext& ctx, const MoeOutputNorms* norms = nullptr);
 // Same for dense experts: gate_up [E, 2I, H] (first I rows gate, next I rows up), down [E, H, I].
 void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
-                       const DeviceDense& gate_up, const DeviceDense& down, float* out, CudaContext& ctx);
+                       const DeviceDense& gate_up, const DeviceDense& down, float* out, CudaContext& ctx,
+                       const MoeOutputNorms* norms = nullptr);
 
 }  // namespace lmx::cuda

@@ -8,8 +8,9 @@
 //      ctx.scratch(kMoeRouting): row_of[pair], sorted_pair[row], and chunks of up to M rows of one expert.
 //   2. gate/up projection: hbuf[row, 0:I] = gate_e · x[token], hbuf[row, I:2I] = up_e · x[token].
 //   3. down projection: y[row, :] = down_e · (gelu_tanh(gate) * up), the activation made while staging.
-//   4. combine_kernel: out[t] = Σ_j weights[t, j] * y[row_of[t·k + j]], j = 0..k-1, one f32 multiply
-//      and one add per term, starting from 0 (ops::moe_experts's combine).
+//   4. the combine (moe_norms.cu): out[t] = Σ_j weights[t, j] * y[row_of[t·k + j]], j = 0..k-1, one f32
+//      multiply and one add per term, starting from 0 (ops::moe_experts's combine), then the MoE block's
+//      output norms when the caller asks (MoeOutputNorms).
 // M = 1 (few tokens: decode) skips step 1: each pair is its own block row (row = pair), reading only
 // its expert's weights — a gathered GEMV. hbuf and y live in ctx.scratch(kMoeActivations).
 // Pairs whose expert id lies outside [0, E) contribute nothing (the host cannot check device ids).
@@ -98,29 +99,6 @@ __global__ void __launch_bounds__(kGroupThreads)
   }
 }
 
-// out[t, c] = Σ_j weights[t, j] * y[row(t, j), c] in slot order; row = row_of[t·k + j] (or t·k + j
-// when row_of is null: ungrouped). Pairs with an invalid expert are skipped.
-__global__ void combine_kernel(const float* __restrict__ y, int64_t hidden,
-                               const int32_t* __restrict__ row_of, const int32_t* __restrict__ experts,
-                               int num_experts, const float* __restrict__ weights, int top_k,
-                               float* __restrict__ out) {
-  wait_for_prior_kernels();
-  allow_next_kernel();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= hidden) return;
-  const int64_t t = blockIdx.y;
-  float acc = 0.0f;
-  for (int j = 0; j < top_k; ++j) {
-    const int64_t pair = t * top_k + j;
-    const int e = experts[pair];
-    if (e < 0 || e >= num_experts) continue;
-    const int64_t row = row_of != nullptr ? row_of[pair] : pair;
-    if (row < 0) continue;
-    acc = __fadd_rn(acc, __fmul_rn(weights[pair], y[row * hidden + c]));
-  }
-  out[t * hidden + c] = acc;
-}
-
 // Rows per chunk for a pass of `tokens` tokens: 1 (ungrouped) while few pairs share an expert.
 int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts) {
   if (tokens <= 4 || 2 * pairs <= num_experts) return 1;
@@ -142,7 +120,7 @@ size_t align256(size_t bytes) {
 template <class Launch>
 void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                        int top_k, int num_experts, int64_t hidden, int64_t inter, float* out,
-                       CudaContext& ctx, const Launch& project) {
+                       const MoeOutputNorms* norms, CudaContext& ctx, const Launch& project) {
   const int64_t pass_tokens = std::max<int64_t>(1, kMaxPassPairs / top_k);
   const int64_t max_pairs = std::min(tokens, pass_tokens) * top_k;
   // Scratch: hbuf [pairs, 2I] then y [pairs, H]; routing tables.
@@ -197,11 +175,22 @@ void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, c
     down.out_stride = hidden;
     project(down, true, m_tile, static_cast<int>(grid_y));
 
-    constexpr int kCombineThreads = 256;
-    const dim3 grid(static_cast<unsigned>((hidden + kCombineThreads - 1) / kCombineThreads),
-                    static_cast<unsigned>(count));
-    launch(combine_kernel, grid, kCombineThreads, 0, stream, ybuf, hidden, m_tile > 1 ? row_of : nullptr,
-        pass_experts, num_experts, weights + t0 * top_k, top_k, out + t0 * hidden);
+    moe::CombineParams combine;
+    combine.y = ybuf;
+    combine.hidden = hidden;
+    combine.row_of = m_tile > 1 ? row_of : nullptr;
+    combine.experts = pass_experts;
+    combine.num_experts = num_experts;
+    combine.weights = weights + t0 * top_k;
+    combine.top_k = top_k;
+    combine.out = out + t0 * hidden;
+    combine.tokens = count;
+    MoeOutputNorms pass_norms;
+    if (norms != nullptr) {
+      pass_norms = *norms;
+      pass_norms.dense_out += t0 * hidden;
+    }
+    moe::launch_combine(combine, norms != nullptr ? &pass_norms : nullptr, stream);
   }
 }
 
@@ -243,7 +232,8 @@ void check_shared_args(int64_t tokens, int top_k, int64_t num_experts, const cha
 
 void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                            int top_k, const DeviceQuantized& gate, const DeviceQuantized& up,
-                           const DeviceQuantized& down, float* out, CudaContext& ctx) {
+                           const DeviceQuantized& down, float* out, CudaContext& ctx,
+                           const MoeOutputNorms* norms) {
   constexpr const char* kOp = "cuda::quantized_moe_experts";
   check_quantized(gate, "gate");
   check_quantized(up, "up");
@@ -291,12 +281,12 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
     }
   };
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
-                    ctx, project);
+                    norms, ctx, project);
 }
 
 void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                        int top_k, const DeviceDense& gate_up, const DeviceDense& down, float* out,
-                       CudaContext& ctx) {
+                       CudaContext& ctx, const MoeOutputNorms* norms) {
   constexpr const char* kOp = "cuda::dense_moe_experts";
   for (const DeviceDense* w : {&gate_up, &down}) {
     LMX_REQUIRE(InvalidArgument, w->dtype == DType::kF32 || w->dtype == DType::kBF16,
@@ -333,7 +323,7 @@ void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, c
     moe::launch_dense_projection(p, w.dtype, is_down, m_tile, grid_y, ctx.stream());
   };
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
-                    ctx, project);
+                    norms, ctx, project);
 }
 
 }  // namespace lmx::cuda

@@ -27,6 +27,7 @@
 #include "lmx/ops/cuda/activation_math.cuh"
 #include "lmx/ops/cuda/quant_codes.cuh"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/linear.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -221,8 +222,14 @@ constexpr int min_blocks() {
 template <class W, int M, int R, int LANES, bool kDown, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads, min_blocks<M>())
     expert_projection_kernel(const ProjectionParams p) {
-  wait_for_prior_kernels();
-  allow_next_kernel();
+  // The ungrouped down projection reads its expert ids and requests its first weight chunks before waiting
+  // for the gate/up projection: the ids are an input of the dispatch, written before its first kernel, so
+  // at least two launches back (launch.cuh). Everything else waits first.
+  constexpr bool kEarly = kDown && M == 1 && kPrefetch;
+  if constexpr (!kEarly) {
+    wait_for_prior_kernels();
+    allow_next_kernel();
+  }
   constexpr int kGroups = 32 / LANES;
   constexpr int kRowsPerBlock = kWarps * kGroups * R;
   constexpr int kChunk = W::kChunk;
@@ -246,7 +253,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks<M>())
     row0 = chunk.y;
     count = chunk.z;
   }
-  if (expert < 0 || expert >= p.num_experts) return;  // block-uniform; the combine skips such pairs
+  if (expert < 0 || expert >= p.num_experts) {  // block-uniform; the combine skips such pairs
+    if constexpr (kEarly) wait_for_prior_kernels();  // (a kernel never completes before the previous one)
+    return;
+  }
 
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int sub = lane % LANES;
@@ -260,6 +270,16 @@ __global__ void __launch_bounds__(kThreads, min_blocks<M>())
     const WeightStack& w = second ? p.w[1] : p.w[0];
     return W::load(w, static_cast<int64_t>(expert) * w.rows + n, c, p);
   };
+
+  typename W::Chunk cur[R];
+  if constexpr (kEarly) {
+    if (sub < (p.k < kSlab ? p.k : kSlab) / kChunk) {  // the first slab's first chunk of each row
+#pragma unroll
+      for (int r = 0; r < R; ++r) cur[r] = load_chunk(r, sub);
+    }
+    wait_for_prior_kernels();
+    allow_next_kernel();
+  }
 
   // The staged rows' sources (row offsets into p.x; -1 = a padding row of zeros).
   if (threadIdx.x < M) {
@@ -290,10 +310,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks<M>())
     const int len = static_cast<int>(p.k - s0 < kSlab ? p.k - s0 : kSlab);
     const int64_t c_begin = s0 / kChunk, c_end = (s0 + len) / kChunk;
     int64_t c = c_begin + sub;
-    // The prefetching variants issue their first weight loads before staging, to overlap the two.
-    typename W::Chunk cur[R];
+    // The prefetching variants issue their first weight loads before staging, to overlap the two (kEarly:
+    // the first slab's were issued before the wait).
     if constexpr (kPrefetch) {
-      if (c < c_end) {
+      if (c < c_end && !(kEarly && s0 == 0)) {
 #pragma unroll
         for (int r = 0; r < R; ++r) cur[r] = load_chunk(r, c);
       }
@@ -451,5 +471,21 @@ void launch_quantized_generic_projection(const ProjectionParams& p, int bits, bo
                                          int grid_y, cudaStream_t stream);
 void launch_dense_projection(const ProjectionParams& p, DType dtype, bool down, int m_tile, int grid_y,
                              cudaStream_t stream);
+
+// The combine of one pass (moe_norms.cu): out[t] = Σ_j weights[t, j] · y[row(t, j)] for its tokens, then,
+// when norms is given, the MoE block's output norms (linear.h MoeOutputNorms; norms->dense_out points at
+// the pass's first token).
+struct CombineParams {
+  const float* y = nullptr;  // [rows, hidden]: the down projections' outputs
+  int64_t hidden = 0;
+  const int32_t* row_of = nullptr;  // pair → row of y (grouped passes), or null: row = pair
+  const int32_t* experts = nullptr;  // [tokens, top_k]
+  int num_experts = 0;
+  const float* weights = nullptr;  // [tokens, top_k]
+  int top_k = 1;
+  float* out = nullptr;  // [tokens, hidden]
+  int64_t tokens = 0;
+};
+void launch_combine(const CombineParams& p, const MoeOutputNorms* norms, cudaStream_t stream);
 
 }  // namespace lmx::cuda::moe

@@ -16,63 +16,32 @@ namespace {
 using detail::aligned16;
 using detail::grid_blocks;
 using detail::inv_rms;
+using detail::kMaxRowBlocks;
 using detail::kThreads;
+using detail::added;
+using detail::RowSchedule;
+using detail::scaled;
+using detail::sum_sq;
+using detail::weighted;
 
-// Rows at most this wide are normalised by one warp each; wider rows by one block each.
-constexpr int kWarpRowMaxDim = 1024;
-constexpr int64_t kMaxRowBlocks = 65535;
-
-__device__ __forceinline__ float sum_sq(float v, float acc) { return fmaf(v, v, acc); }
-__device__ __forceinline__ float sum_sq(float4 v, float acc) {
-  return fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, acc))));
-}
-
-// x * inv (then * w when a weight is given), each product rounded like the CPU's.
-template <bool kWeight>
-__device__ __forceinline__ float normed(float x, float inv, float w) {
-  const float y = __fmul_rn(x, inv);
-  return kWeight ? __fmul_rn(y, w) : y;
-}
-template <bool kWeight>
-__device__ __forceinline__ float4 normed(float4 x, float inv, float4 w) {
-  return make_float4(normed<kWeight>(x.x, inv, w.x), normed<kWeight>(x.y, inv, w.y), normed<kWeight>(x.z, inv, w.z),
-                     normed<kWeight>(x.w, inv, w.w));
-}
-
-// One warp per row. V = float or float4 (n, strides in units of V). out may alias x: every element is
-// read and written by the same lane, and all reads of a row end (warp reduction) before its writes.
-template <typename V, bool kWeight>
-__global__ void rms_norm_warp_kernel(const V* x, int64_t x_stride, V* out, int64_t out_stride, int64_t rows, int n,
-                                     const V* weight, float dim, float eps) {
-  wait_for_prior_kernels();
-  allow_next_kernel();
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = blockDim.x >> 5;
-  for (int64_t r = blockIdx.x * warps + (threadIdx.x >> 5); r < rows; r += gridDim.x * warps) {
-    const V* xr = x + r * x_stride;
-    V* orow = out + r * out_stride;
-    float ss = 0.0f;
-    for (int c = lane; c < n; c += 32) ss = sum_sq(xr[c], ss);
-    const float inv = inv_rms(detail::warp_sum(ss), dim, eps);
-    for (int c = lane; c < n; c += 32) orow[c] = normed<kWeight>(xr[c], inv, kWeight ? weight[c] : V{});
-  }
-}
-
-// One block per row (same aliasing argument as the warp kernel, with a block reduction).
-template <typename V, bool kWeight>
-__global__ void rms_norm_block_kernel(const V* x, int64_t x_stride, V* out, int64_t out_stride, int64_t rows, int n,
-                                      const V* weight, float dim, float eps) {
+// One row per warp or per block (RowSchedule). V = float or float4 (n, strides in units of V). out may
+// alias x: every element is read and written by the same thread, and all reads of a row end (the
+// reduction) before its writes.
+template <typename V, bool kWeight, bool kBlock>
+__global__ void rms_norm_kernel(const V* x, int64_t x_stride, V* out, int64_t out_stride, int64_t rows, int n,
+                                const V* weight, float dim, float eps) {
+  using Rows = RowSchedule<kBlock>;
   wait_for_prior_kernels();
   allow_next_kernel();
   __shared__ float shared[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  for (int64_t r = Rows::first_row(); r < rows; r += Rows::row_step()) {
     const V* xr = x + r * x_stride;
     V* orow = out + r * out_stride;
     float ss = 0.0f;
-    for (int c = threadIdx.x; c < n; c += blockDim.x) ss = sum_sq(xr[c], ss);
-    const float inv = inv_rms(detail::block_sum(ss, shared), dim, eps);
-    for (int c = threadIdx.x; c < n; c += blockDim.x)
-      orow[c] = normed<kWeight>(xr[c], inv, kWeight ? weight[c] : V{});
+    for (int c = Rows::first(); c < n; c += Rows::step()) ss = sum_sq(xr[c], ss);
+    const float inv = inv_rms(Rows::sum(ss, shared), dim, eps);
+    for (int c = Rows::first(); c < n; c += Rows::step())
+      orow[c] = weighted(scaled(xr[c], inv), kWeight ? weight[c] : V{}, kWeight);
   }
 }
 
@@ -84,35 +53,15 @@ void launch_rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_s
   V* ov = reinterpret_cast<V*>(out);
   const V* wv = reinterpret_cast<const V*>(weight);
   const int n = dim / kLanes;
-  if (dim <= kWarpRowMaxDim) {
-    constexpr int kRowsPerBlock = kThreads / 32;
-    launch(rms_norm_warp_kernel<V, kWeight>, grid_blocks(rows, kRowsPerBlock, kMaxRowBlocks), kThreads, 0, stream,
-        xv, x_stride / kLanes, ov, out_stride / kLanes, rows, n, wv, static_cast<float>(dim), eps);
-  } else {
-    const int threads = n >= 4096 ? 1024 : n >= 1024 ? 512 : 256;
-    launch(rms_norm_block_kernel<V, kWeight>, grid_blocks(rows, 1, kMaxRowBlocks), threads, 0, stream, xv,
-        x_stride / kLanes, ov, out_stride / kLanes, rows, n, wv, static_cast<float>(dim), eps);
-  }
+  const detail::RowNormLaunch l = detail::row_norm_launch(rows, dim, n);
+  launch(l.block ? rms_norm_kernel<V, kWeight, true> : rms_norm_kernel<V, kWeight, false>, l.grid, l.threads, 0,
+         stream, xv, x_stride / kLanes, ov, out_stride / kLanes, rows, n, wv, static_cast<float>(dim), eps);
 }
 
 // residual_norm (elementwise.h): one block per row, every thread holding its kPer columns (c = threadIdx.x
 // + i * blockDim.x) in registers, so each row costs one round of loads and the two block reductions. The
 // weights (constant data) are loaded before waiting for the previous kernel (programmatic dependent
 // launch). Weights are optional (nullptr = none); the branches on them are uniform.
-__device__ __forceinline__ float weighted(float y, float w, bool has) { return has ? __fmul_rn(y, w) : y; }
-__device__ __forceinline__ float4 weighted(float4 y, float4 w, bool has) {
-  if (!has) return y;
-  return make_float4(__fmul_rn(y.x, w.x), __fmul_rn(y.y, w.y), __fmul_rn(y.z, w.z), __fmul_rn(y.w, w.w));
-}
-__device__ __forceinline__ float scaled(float x, float inv) { return __fmul_rn(x, inv); }
-__device__ __forceinline__ float4 scaled(float4 x, float inv) {
-  return make_float4(__fmul_rn(x.x, inv), __fmul_rn(x.y, inv), __fmul_rn(x.z, inv), __fmul_rn(x.w, inv));
-}
-__device__ __forceinline__ float added(float x, float a) { return __fadd_rn(x, a); }
-__device__ __forceinline__ float4 added(float4 x, float4 a) {
-  return make_float4(__fadd_rn(x.x, a.x), __fadd_rn(x.y, a.y), __fadd_rn(x.z, a.z), __fadd_rn(x.w, a.w));
-}
-
 template <typename V>
 constexpr int residual_norm_per_thread() { return sizeof(V) == sizeof(float) ? 16 : 4; }
 
