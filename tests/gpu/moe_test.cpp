@@ -518,7 +518,9 @@ TEST_F(CudaMoeTest, ExpertOutputNormsGiveTheBitsOfTheUnfusedOps) {
     bool dense, misaligned;
   };
   const Case cases[] = {
-      {1, 2816, 704, 16, 8, false, false},  // decode (ungrouped), a block per row
+      {1, 2816, 704, 16, 8, false, false},  // decode (ungrouped), a block per row, a thread per float4
+      {5, 4096, 64, 4, 2, false, false},    // grouped; 1024 float4s: still a thread per float4
+      {2, 4128, 64, 4, 2, false, false},    // 1032 float4s: threads stride over the row
       {64, 128, 64, 16, 2, false, false},   // grouped, a warp per row
       {600, 64, 32, 16, 8, false, false},   // several passes
       {5, 128, 64, 4, 2, true, false},      // dense experts

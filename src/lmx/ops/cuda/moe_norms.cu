@@ -10,6 +10,7 @@
 #include "lmx/ops/cuda/moe_experts.cuh"
 #include "lmx/ops/cuda/norm_rope_math.cuh"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace lmx::cuda {
@@ -79,8 +80,34 @@ __global__ void combine_kernel(const moe::CombineParams p) {
   p.out[t * p.hidden + c] = acc;
 }
 
-// Pairs per token the fused kernel below takes (its table of rows and weights in shared memory).
+// Pairs per token the fused kernels below take (their table of rows and weights in shared memory).
 constexpr int kFusedMaxTopK = 32;
+
+// Lane j of a full warp: the table of token t's contributing pairs in slot order (their y rows and weights,
+// the skipped pairs left out) and its length.
+__device__ __forceinline__ void fill_pair_table(const moe::CombineParams& p, int64_t t, int j, int32_t* rows,
+                                                float* weights, int* count) {
+  const int64_t pair = t * p.top_k + j;
+  const int64_t row = j < p.top_k ? pair_row(p, pair) : -1;
+  const unsigned valid = __ballot_sync(0xFFFFFFFFu, row >= 0);
+  if (row >= 0) {
+    const int at = __popc(valid & ((1u << j) - 1u));
+    rows[at] = static_cast<int32_t>(row);
+    weights[at] = p.weights[pair];
+  }
+  if (j == 0) *count = __popc(valid);
+}
+
+// Element c of the combine from a pair table: the plain combine's terms in its order (no branch: the loads
+// can all be in flight together).
+template <typename V>
+__device__ __forceinline__ V combined(const V* y, int n, int c, int count, const int32_t* rows,
+                                      const float* weights) {
+  V e{};
+#pragma unroll 8
+  for (int j = 0; j < count; ++j) e = added(e, scaled(y[static_cast<int64_t>(rows[j]) * n + c], weights[j]));
+  return e;
+}
 
 // The combine with the block's output norms (MoeOutputNorms): e = the plain combine's sum (same terms, same
 // order; top_k <= kFusedMaxTopK), then out[t] = rms_norm(e) ·
@@ -107,18 +134,7 @@ __global__ void combine_norms_kernel(const moe::CombineParams p, const MoeOutput
     V* out = reinterpret_cast<V*>(p.out) + t * n;
     V* dense = reinterpret_cast<V*>(norms.dense_out) + t * n;
     Rows::sync();  // the previous row's table is no longer read
-    if (Rows::first() < 32) {  // one full warp compacts the table
-      const int j = Rows::first();
-      const int64_t pair = t * p.top_k + j;
-      const int64_t row = j < p.top_k ? pair_row(p, pair) : -1;
-      const unsigned valid = __ballot_sync(0xFFFFFFFFu, row >= 0);
-      if (row >= 0) {
-        const int at = __popc(valid & ((1u << j) - 1u));
-        pair_rows[at] = static_cast<int32_t>(row);
-        pair_weights[at] = p.weights[pair];
-      }
-      if (j == 0) count_of_slot[Rows::slot()] = __popc(valid);
-    }
+    if (Rows::first() < 32) fill_pair_table(p, t, Rows::first(), pair_rows, pair_weights, &count_of_slot[Rows::slot()]);
     Rows::sync();
     const int count = count_of_slot[Rows::slot()];
     float ss_dense = 0.0f;
@@ -135,9 +151,7 @@ __global__ void combine_norms_kernel(const moe::CombineParams p, const MoeOutput
     for (int c = Rows::first(); c < n; c += Rows::step()) {
       // The plain combine's terms in its order, skipped pairs left out (no branch: the loads can all be in
       // flight together).
-      V e{};
-#pragma unroll 8
-      for (int j = 0; j < count; ++j) e = added(e, scaled(y[static_cast<int64_t>(pair_rows[j]) * n + c], pair_weights[j]));
+      const V e = combined(y, n, c, count, pair_rows, pair_weights);
       out[c] = e;
       ss_expert = sum_sq(e, ss_expert);
     }
@@ -155,10 +169,77 @@ __global__ void combine_norms_kernel(const moe::CombineParams p, const MoeOutput
   }
 }
 
+// combine_norms_kernel for rows a block normalises (RowSchedule<true>, `schedule` threads) with at most 1024
+// elements: one thread per element (blockDim.x >= n), so the combine's loads are one round per row instead of
+// one per strided element. The row and the dense row are staged in shared memory, where the first `schedule`
+// threads sum their squares in the schedule's order; the other threads add zeros to the block sum, which leaves
+// its bits unchanged (their warps' sums are +0, as the lanes past the schedule's warps are in rms_norm).
+template <typename V>
+__global__ void combine_norms_row_kernel(const moe::CombineParams p, const MoeOutputNorms norms, int schedule) {
+  const int n = static_cast<int>(p.hidden / (sizeof(V) / sizeof(float)));
+  const int c = threadIdx.x;
+  const bool mine = c < n;
+  const V* expert_norm = reinterpret_cast<const V*>(norms.expert_norm);
+  const V* dense_norm = reinterpret_cast<const V*>(norms.dense_norm);
+  V ew{}, dw{};
+  if (mine && expert_norm != nullptr) ew = expert_norm[c];
+  if (mine && dense_norm != nullptr) dw = dense_norm[c];
+  extern __shared__ __align__(16) unsigned char row_smem[];
+  V* staged_e = reinterpret_cast<V*>(row_smem);  // [n]
+  V* staged_d = staged_e + n;                     // [n]
+  __shared__ float shared[32];
+  __shared__ int32_t pair_rows[kFusedMaxTopK];
+  __shared__ float pair_weights[kFusedMaxTopK];
+  __shared__ int count;
+  const float dim = static_cast<float>(p.hidden);
+  const V* y = reinterpret_cast<const V*>(p.y);
+  bool waited = false;
+  for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+    V* out = reinterpret_cast<V*>(p.out) + t * n;
+    V* dense = reinterpret_cast<V*>(norms.dense_out) + t * n;
+    __syncthreads();  // the previous row's table and staging are no longer read
+    if (c < 32) fill_pair_table(p, t, c, pair_rows, pair_weights, &count);
+    V d{};
+    if (mine) staged_d[c] = d = dense[c];
+    // As in combine_norms_kernel: everything so far is the dispatch's input, two launches back.
+    if (!waited) {
+      wait_for_prior_kernels();
+      allow_next_kernel();
+      waited = true;
+    }
+    __syncthreads();
+    V e{};
+    if (mine) staged_e[c] = e = combined(y, n, c, count, pair_rows, pair_weights);
+    __syncthreads();
+    float ss_expert = 0.0f, ss_dense = 0.0f;
+    for (int k = c; k < n && c < schedule; k += schedule) {
+      ss_expert = sum_sq(staged_e[k], ss_expert);
+      ss_dense = sum_sq(staged_d[k], ss_dense);
+    }
+    const float inv_expert = inv_rms(detail::block_sum(ss_expert, shared), dim, norms.eps);
+    const float inv_dense = inv_rms(detail::block_sum(ss_dense, shared), dim, norms.eps);
+    if (mine) {
+      const V en = weighted(scaled(e, inv_expert), ew, expert_norm != nullptr);
+      out[c] = en;
+      dense[c] = added(weighted(scaled(d, inv_dense), dw, dense_norm != nullptr), en);
+    }
+  }
+  if (!waited) {
+    wait_for_prior_kernels();
+    allow_next_kernel();
+  }
+}
+
 template <typename V>
 void launch_combine_norms(const moe::CombineParams& p, const MoeOutputNorms& norms, cudaStream_t stream) {
   const int n = static_cast<int>(p.hidden / (sizeof(V) / sizeof(float)));
   const detail::RowNormLaunch l = detail::row_norm_launch(p.tokens, static_cast<int>(p.hidden), n);
+  if (l.block && n <= 1024) {
+    const int threads = std::max(l.threads, (n + 31) / 32 * 32);
+    launch(combine_norms_row_kernel<V>, l.grid, threads, 2 * sizeof(V) * static_cast<size_t>(n), stream, p, norms,
+           l.threads);
+    return;
+  }
   launch(l.block ? combine_norms_kernel<V, true> : combine_norms_kernel<V, false>, l.grid, l.threads, 0, stream, p,
          norms);
 }
