@@ -19,6 +19,7 @@ Verb add_synth(CLI::App& app) {
   struct Options {
     std::string preset, config, out, quantize;
     uint64_t seed = 0;
+    int layers = -1;  // all
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("synth", "Write a synthetic checkpoint (real shapes, random bf16 weights)");
@@ -28,9 +29,14 @@ Verb add_synth(CLI::App& app) {
   cmd->add_option("--out", opt->out, "Output directory")->required();
   cmd->add_option("--seed", opt->seed, "Random seed");
   cmd->add_option("--quantize", opt->quantize, "MLX affine-quantize matrices: BITS[:GROUP] (e.g. 4 or 4:32)");
+  cmd->add_option("--layers", opt->layers,
+                  "Keep the preset's first N layers (a quick benchmark proxy; KV sharing dropped)")
+      ->needs(preset);
   return {cmd, [opt] {
             LMX_REQUIRE(InvalidArgument, !opt->preset.empty() || !opt->config.empty(), "synth needs --preset or --config");
-            nlohmann::json config = opt->preset.empty() ? load_json_file(opt->config) : gemma4_preset_config(opt->preset);
+            nlohmann::json config = !opt->preset.empty() ? (opt->layers != -1 ? gemma4_preset_config(opt->preset, opt->layers)
+                                                                              : gemma4_preset_config(opt->preset))
+                                                           : load_json_file(opt->config);
             if (config.contains("text_config")) config = config["text_config"];
             auto start = std::chrono::steady_clock::now();
             std::optional<QuantizeOptions> quantize;

@@ -99,6 +99,8 @@ TEST(Cli, BadInputGivesClearErrors) {
       {"generate" + m + " --prompt-ids 2 --max-tokens -3", "max-tokens"},
       {"logits" + m + " --prompt-ids 2 --out /nonexistent/dir/x.npy", "/nonexistent/dir/x.npy"},
       {"synth --preset gemma4-7b --out /tmp/never", "unknown preset"},
+      {"synth --preset gemma4-e4b --layers 99 --out /tmp/never", "cannot keep 99"},
+      {"synth --config /tmp/never.json --layers 2 --out /tmp/never", "--preset"},
       {"bench --model " + test::source_path("tests") + " --gen-tokens 1", "config"},
       {"frobnicate", "frobnicate"},
   };

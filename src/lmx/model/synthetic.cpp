@@ -177,6 +177,21 @@ nlohmann::json gemma4_preset_config(const std::string& name) {
   return c;
 }
 
+nlohmann::json gemma4_preset_config(const std::string& name, int layers) {
+  nlohmann::json c = gemma4_preset_config(name);
+  const int all = c["num_hidden_layers"].get<int>();
+  LMX_REQUIRE(InvalidArgument, layers >= 1 && layers <= all, "preset '{}' has {} layers; cannot keep {}", name, all,
+              layers);
+  if (layers == all) return c;
+  c["num_hidden_layers"] = layers;
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < layers; ++i) types.push_back(c["layer_types"][static_cast<size_t>(i)]);
+  types.back() = "full_attention";
+  c["layer_types"] = types;
+  c["num_kv_shared_layers"] = 0;
+  return c;
+}
+
 void write_synthetic_gemma4(const nlohmann::json& config_json, const std::string& out_dir, uint64_t seed,
                             const QuantizeOptions* quantize, size_t shard_bytes) {
   Gemma4Config config = Gemma4Config::from_json(config_json, config_json, "synthetic config");

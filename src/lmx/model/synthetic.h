@@ -17,6 +17,12 @@ std::vector<std::string> gemma4_preset_names();
 // gemma4-e2b, gemma4-e4b, gemma4-26b-a4b, gemma4-31b. Throws InvalidArgument for an unknown name.
 nlohmann::json gemma4_preset_config(const std::string& name);
 
+// A preset's config cut to its first `layers` layers (1 .. its num_hidden_layers), for quick benchmark
+// proxies with the real per-layer shapes: the layer pattern's first layers with the last made full
+// attention (as every Gemma 4 config ends), and no KV-sharing layers (a cut E-model would lack donors).
+// Throws InvalidArgument for a count outside that range.
+nlohmann::json gemma4_preset_config(const std::string& name, int layers);
+
 // Writes config.json, generation_config.json and sharded bf16 safetensors (≤ shard_bytes each, with
 // model.safetensors.index.json) holding seeded uniform random weights scaled so activations stay
 // O(1): linear weights U(±sqrt(3 / fan_in)), norm weights and scalars near 1. Deterministic in seed.

@@ -1,6 +1,8 @@
 // Gemma 4 config resolution: layer specs, KV-sharing donors, both full-layer override forms.
 #include "lmx/model/gemma4_config.h"
 
+#include "lmx/core/error.h"
+
 #include <fmt/format.h>
 #include "lmx/model/synthetic.h"
 #include "support/tiny_models.h"
@@ -24,6 +26,25 @@ TEST(Gemma4Config, E4BSharedLayersUseTheLastDonorOfTheirType) {
   EXPECT_EQ(c.layers[22].rope_rotated_pairs, 128);
   EXPECT_EQ(c.layers[22].sliding_window, 512);
   EXPECT_EQ(c.layers[23].sliding_window, 0);
+}
+
+TEST(Gemma4Config, PresetCutToItsFirstLayers) {
+  nlohmann::json moe = gemma4_preset_config("gemma4-26b-a4b", 6);
+  Gemma4Config c = Gemma4Config::from_json(moe, moe, "26b cut");
+  ASSERT_EQ(c.layers.size(), 6u);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(c.layers[static_cast<size_t>(i)].sliding) << i;
+  EXPECT_FALSE(c.layers[5].sliding);
+  EXPECT_TRUE(c.layers[0].moe);
+  EXPECT_EQ(c.layers[5].head_dim, 512);
+  // An E-model keeps its shapes but loses KV sharing (a cut model would lack donors).
+  nlohmann::json e4b = gemma4_preset_config("gemma4-e4b", 3);
+  Gemma4Config e = Gemma4Config::from_json(e4b, e4b, "e4b cut");
+  ASSERT_EQ(e.layers.size(), 3u);
+  for (const auto& s : e.layers) EXPECT_LT(s.kv_donor, 0);
+  EXPECT_FALSE(e.layers[2].sliding);
+  EXPECT_EQ(gemma4_preset_config("gemma4-31b", 60), gemma4_preset_config("gemma4-31b"));
+  EXPECT_THROW(gemma4_preset_config("gemma4-e2b", 0), InvalidArgument);
+  EXPECT_THROW(gemma4_preset_config("gemma4-e2b", 36), InvalidArgument);
 }
 
 TEST(Gemma4Config, E2BDoubleWideMlpOnSharedLayers) {
