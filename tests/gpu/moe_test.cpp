@@ -524,6 +524,7 @@ TEST_F(CudaMoeTest, ExpertOutputNormsGiveTheBitsOfTheUnfusedOps) {
       {64, 128, 64, 16, 2, false, false},   // grouped, a warp per row
       {600, 64, 32, 16, 8, false, false},   // several passes
       {5, 128, 64, 4, 2, true, false},      // dense experts
+      {3, 128, 64, 64, 40, false, false},   // top_k above the fused kernels' 32: the unfused ops run
       {3, 2048, 64, 4, 2, false, true},     // dense_out 4 bytes past a 16-byte boundary: float rows
       {3, 256, 64, 4, 2, false, true},
   };

@@ -110,8 +110,8 @@ __device__ __forceinline__ V combined(const V* y, int n, int c, int count, const
 }
 
 // The combine with the block's output norms (MoeOutputNorms): e = the plain combine's sum (same terms, same
-// order; top_k <= kFusedMaxTopK), then out[t] = rms_norm(e) ·
-// expert_norm and dense_out[t] = rms_norm(dense_out[t]) · dense_norm + out[t] (rms_norm, rms_norm, add).
+// order; top_k <= kFusedMaxTopK), then out[t] = rms_norm(e) · expert_norm and dense_out[t] =
+// rms_norm(dense_out[t]) · dense_norm + out[t] (rms_norm, rms_norm, add), in rms_norm's row schedule.
 template <typename V, bool kBlock>
 __global__ void combine_norms_kernel(const moe::CombineParams p, const MoeOutputNorms norms) {
   using Rows = RowSchedule<kBlock>;
@@ -149,8 +149,6 @@ __global__ void combine_norms_kernel(const moe::CombineParams p, const MoeOutput
     }
     float ss_expert = 0.0f;
     for (int c = Rows::first(); c < n; c += Rows::step()) {
-      // The plain combine's terms in its order, skipped pairs left out (no branch: the loads can all be in
-      // flight together).
       const V e = combined(y, n, c, count, pair_rows, pair_weights);
       out[c] = e;
       ss_expert = sum_sq(e, ss_expert);
