@@ -9,6 +9,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -20,7 +21,7 @@ Verb add_bench(CLI::App& app) {
   struct Options {
     std::string model, device;
     int prompt_tokens = 128, gen_tokens = 32, threads = 0;
-    bool json = false;
+    bool json = false, no_warmup = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed on random prompt tokens");
@@ -29,6 +30,9 @@ Verb add_bench(CLI::App& app) {
   cmd->add_option("--gen-tokens", opt->gen_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
   cmd->add_flag("--json", opt->json, "Print results as JSON");
+  cmd->add_flag("--no-warmup", opt->no_warmup,
+                "Time the process's first prefill and decode steps (by default an untimed prefill of the same length "
+                "and a few decode steps on a throwaway sequence come first)");
   add_device_option(cmd, opt->device);
   return {cmd, [opt] {
             using Clock = std::chrono::steady_clock;
@@ -40,6 +44,18 @@ Verb add_bench(CLI::App& app) {
             std::mt19937 rng(1234);
             std::vector<int32_t> prompt(static_cast<size_t>(opt->prompt_tokens));
             for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % static_cast<uint32_t>(vocab - 3));
+
+            // Warm-up: the first forward of a process pays one-time costs the timed runs should not (lazily
+            // loaded GPU kernels, scratch and cache growth, graph captures, first touches of mmapped weights).
+            if (!opt->no_warmup) {
+              auto warm = model->new_sequence();
+              StepRow warm_row{warm.get(), prompt};
+              int32_t warm_token = model->forward_argmax({&warm_row, 1})[0];
+              for (int i = 0; i < std::min(opt->gen_tokens, 4); ++i) {
+                StepRow step{warm.get(), {&warm_token, 1}};
+                warm_token = model->forward_argmax({&step, 1})[0];
+              }
+            }
 
             auto seq = model->new_sequence();
             auto start = Clock::now();
@@ -65,6 +81,7 @@ Verb add_bench(CLI::App& app) {
                                   {"load_s", load_s},
                                   {"prompt_tokens", opt->prompt_tokens},
                                   {"gen_tokens", opt->gen_tokens},
+                                  {"warmup", !opt->no_warmup},
                                   {"prefill_tok_s", prefill_tok_s},
                                   {"decode_tok_s", decode_tok_s},
                                   {"weight_bytes_per_token", bytes_per_token},

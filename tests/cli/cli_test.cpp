@@ -80,6 +80,11 @@ TEST(Cli, SynthThenBench) {
   for (const char* key : {"prefill_tok_s", "decode_tok_s", "weight_bytes_per_token", "peak_rss_mb"})
     EXPECT_GT(json[key].get<double>(), 0) << key;
   EXPECT_EQ(json["threads"], 1);
+  EXPECT_EQ(json["warmup"], true);
+  RunResult cold = run_lmx("bench --model " + dir.file("model") +
+                           " --prompt-tokens 16 --gen-tokens 2 --threads 1 --json --no-warmup");
+  ASSERT_EQ(cold.exit_code, 0) << cold.output;
+  EXPECT_EQ(nlohmann::json::parse(cold.output)["warmup"], false);
   // The same seed gives the same weights.
   RunResult again = run_lmx("synth --config " + config + " --out " + dir.file("model2") + " --seed 3");
   ASSERT_EQ(again.exit_code, 0) << again.output;
