@@ -1,0 +1,187 @@
+// Benchmark of the CUDA MoE expert dispatch at decode sizes (lmx/ops/cuda/linear.h quantized_moe_experts),
+// Gemma 4 26B-A4B shapes by default: 128 experts, top-8, hidden 2816, expert width 704, 4-bit codes with
+// group-64 bf16 scales. For T tokens (1, 2, 4, 8) it times the dispatch alone and with the MoE block's
+// output norms (MoeOutputNorms: the combine then norms and adds into a dense row), and prints the median µs
+// per call and the GB/s of the distinct experts' weights it reads. Every call routes to fresh random experts
+// (distinct within a token), so the weights come from HBM as in a forward pass (one layer's stack is
+// ~430 MB; a call reads ~27 MB at T = 1).
+// Usage: bench_cuda_moe [experts top_k hidden inter]
+#include "lmx/ops/cuda/context.h"
+#include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/linear.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+namespace {
+
+using lmx::cuda::DeviceBuffer;
+
+// Pseudo-random 32-bit words (any word is valid 4-bit codes).
+__global__ void fill_words_kernel(uint32_t* data, size_t count, uint32_t seed) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t v = static_cast<uint32_t>(i) * 2654435761u + seed;
+    v ^= v >> 15;
+    v *= 0x5bd1e995u;
+    v ^= v >> 13;
+    data[i] = v;
+  }
+}
+// bf16 values of magnitude ~`scale` (sign from `signed_values`).
+__global__ void fill_bf16_kernel(uint16_t* data, size_t count, uint32_t seed, float scale, bool signed_values) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t v = static_cast<uint32_t>(i) * 2246822519u + seed;
+    v ^= v >> 13;
+    v *= 0x85ebca6bu;
+    v ^= v >> 16;
+    float f = scale * (0.5f + static_cast<float>(v & 0xFFFFu) / 65536.0f);
+    if (signed_values && (v & 0x10000u)) f = -f;
+    data[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
+  }
+}
+__global__ void fill_f32_kernel(float* data, size_t count, uint32_t seed) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t v = static_cast<uint32_t>(i) * 2246822519u + seed;
+    v ^= v >> 13;
+    v *= 0x85ebca6bu;
+    v ^= v >> 16;
+    data[i] = static_cast<float>(v & 0xFFFFu) / 32768.0f - 1.0f;
+  }
+}
+
+// One quantized expert stack [experts, rows, cols] resident on the device.
+struct Stack {
+  DeviceBuffer codes, scales, biases;
+  lmx::cuda::DeviceQuantized view;
+};
+
+Stack make_stack(int64_t experts, int64_t rows, int64_t cols, uint32_t seed) {
+  constexpr int kGroup = 64;
+  Stack s;
+  const size_t words = static_cast<size_t>(experts * rows * cols / 8);
+  const size_t groups = static_cast<size_t>(experts * rows * cols / kGroup);
+  s.codes = DeviceBuffer(words * 4);
+  s.scales = DeviceBuffer(groups * 2);
+  s.biases = DeviceBuffer(groups * 2);
+  fill_words_kernel<<<1024, 256>>>(s.codes.as<uint32_t>(), words, seed);
+  fill_bf16_kernel<<<1024, 256>>>(s.scales.as<uint16_t>(), groups, seed + 1, 0.01f, false);
+  fill_bf16_kernel<<<1024, 256>>>(s.biases.as<uint16_t>(), groups, seed + 2, 0.08f, true);
+  LMX_CUDA_CHECK_LAUNCH();
+  s.view.codes = s.codes.as<const uint32_t>();
+  s.view.scales = s.scales.data();
+  s.view.biases = s.biases.data();
+  s.view.scale_dtype = lmx::DType::kBF16;
+  s.view.bits = 4;
+  s.view.group_size = kGroup;
+  s.view.batch = experts;
+  s.view.rows = rows;
+  s.view.cols = cols;
+  return s;
+}
+
+// Median seconds per call of fn over `reps` timed calls on `stream` (after 3 warm-up calls).
+template <typename Fn>
+double median_seconds(cudaStream_t stream, int reps, Fn fn) {
+  cudaEvent_t a, b;
+  LMX_CUDA_CHECK(cudaEventCreate(&a));
+  LMX_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) fn(i);
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    LMX_CUDA_CHECK(cudaEventRecord(a, stream));
+    fn(r + 3);
+    LMX_CUDA_CHECK(cudaEventRecord(b, stream));
+    LMX_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    LMX_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    times.push_back(ms * 1e-3);
+  }
+  LMX_CUDA_CHECK(cudaEventDestroy(a));
+  LMX_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int experts = argc > 1 ? std::atoi(argv[1]) : 128;
+  const int top_k = argc > 2 ? std::atoi(argv[2]) : 8;
+  const int64_t hidden = argc > 3 ? std::atoll(argv[3]) : 2816;
+  const int64_t inter = argc > 4 ? std::atoll(argv[4]) : 704;
+  if (experts < 1 || top_k < 1 || top_k > experts || hidden % 64 != 0 || inter % 64 != 0) {
+    fmt::print(stderr, "bench_cuda_moe: need 1 <= top_k <= experts and hidden, inter multiples of 64\n");
+    return 2;
+  }
+  lmx::cuda::CudaContext ctx(0);
+  const cudaStream_t stream = ctx.stream();
+  const Stack gate = make_stack(experts, inter, hidden, 1), up = make_stack(experts, inter, hidden, 11),
+              down = make_stack(experts, hidden, inter, 21);
+  // Bytes of one expert's three matrices: codes, then bf16 scales and biases per 64 columns.
+  const double expert_bytes = 3.0 * static_cast<double>(hidden * inter) * (0.5 + 4.0 / 64.0);
+  fmt::print("lmx MoE expert dispatch: {} experts, top-{}, hidden {}, width {}, 4-bit g64 ({:.2f} MB per expert)\n\n",
+             experts, top_k, hidden, inter, expert_bytes / 1e6);
+
+  constexpr int kRoutings = 64;  // distinct routings, used in turn
+  std::mt19937 rng(5);
+  for (int tokens : {1, 2, 4, 8}) {
+    // kRoutings routings of `tokens` tokens: distinct experts within a token, weights summing to ~1.
+    std::vector<int32_t> ids(static_cast<size_t>(kRoutings) * tokens * top_k);
+    std::vector<float> weights(ids.size());
+    std::vector<int> distinct(kRoutings);
+    std::vector<int32_t> all(static_cast<size_t>(experts));
+    std::iota(all.begin(), all.end(), 0);
+    for (int r = 0; r < kRoutings; ++r) {
+      std::set<int32_t> used;
+      for (int t = 0; t < tokens; ++t) {
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int j = 0; j < top_k; ++j) {
+          const size_t i = (static_cast<size_t>(r) * tokens + t) * top_k + j;
+          ids[i] = all[static_cast<size_t>(j)];
+          weights[i] = 1.0f / static_cast<float>(top_k);
+          used.insert(ids[i]);
+        }
+      }
+      distinct[static_cast<size_t>(r)] = static_cast<int>(used.size());
+    }
+    const DeviceBuffer d_ids = lmx::cuda::upload_vector(ids), d_weights = lmx::cuda::upload_vector(weights);
+    DeviceBuffer x(static_cast<size_t>(tokens * hidden) * 4), out(static_cast<size_t>(tokens * hidden) * 4),
+        dense(static_cast<size_t>(tokens * hidden) * 4), norm(static_cast<size_t>(hidden) * 4);
+    fill_f32_kernel<<<64, 256>>>(x.as<float>(), static_cast<size_t>(tokens * hidden), 3);
+    fill_f32_kernel<<<64, 256>>>(dense.as<float>(), static_cast<size_t>(tokens * hidden), 4);
+    fill_f32_kernel<<<64, 256>>>(norm.as<float>(), static_cast<size_t>(hidden), 5);
+    LMX_CUDA_CHECK_LAUNCH();
+    LMX_CUDA_CHECK(cudaDeviceSynchronize());
+    const double mean_distinct =
+        std::accumulate(distinct.begin(), distinct.end(), 0.0) / static_cast<double>(kRoutings);
+
+    lmx::cuda::MoeOutputNorms norms;
+    norms.dense_out = dense.as<float>();
+    norms.dense_norm = norm.as<const float>();
+    norms.expert_norm = norm.as<const float>();
+    for (bool with_norms : {false, true}) {
+      const double t = median_seconds(stream, 50, [&](int call) {
+        const size_t r = static_cast<size_t>(call % kRoutings) * static_cast<size_t>(tokens * top_k);
+        lmx::cuda::quantized_moe_experts(x.as<float>(), tokens, d_ids.as<int32_t>() + r, d_weights.as<float>() + r,
+                                         top_k, gate.view, up.view, down.view, out.as<float>(), ctx,
+                                         with_norms ? &norms : nullptr);
+      });
+      fmt::print("T {:>2}  {:<28} {:>8.1f} us  {:>7.1f} GB/s of {:.1f} distinct experts' weights\n", tokens,
+                 with_norms ? "dispatch + output norms" : "dispatch (plain combine)", t * 1e6,
+                 mean_distinct * expert_bytes / t / 1e9, mean_distinct);
+    }
+  }
+  return 0;
+}
