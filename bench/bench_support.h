@@ -58,15 +58,52 @@ struct Bandwidth {
   int threads, streams;
 };
 
+// Read bandwidth of one configuration: `threads` threads each summing its slice of a 1 GiB buffer (far
+// larger than the last-level cache) as `streams` interleaved streams (4, 8 or 16), best of `reps` passes.
+// Keeps its buffer, so a bench can measure again next to each kernel (a shared machine's bandwidth drifts).
+class BandwidthProbe {
+ public:
+  BandwidthProbe() : buffer_(static_cast<Line*>(std::aligned_alloc(64, static_cast<size_t>(kBytes)))) {
+    std::memset(buffer_, 1, static_cast<size_t>(kBytes));
+  }
+  ~BandwidthProbe() {
+    std::free(buffer_);
+    if (sink_.load() == 42) fmt::print("");  // keeps the sums observable
+  }
+  BandwidthProbe(const BandwidthProbe&) = delete;
+  BandwidthProbe& operator=(const BandwidthProbe&) = delete;
+
+  double gbs(int threads, int streams, int reps) {
+    const int64_t per_thread = kLines / threads;
+    double fastest = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      const auto start = Clock::now();
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          const Line* p = buffer_ + t * per_thread;
+          const uint64_t s = streams == 4   ? sum_lines<4>(p, per_thread)
+                             : streams == 8 ? sum_lines<8>(p, per_thread)
+                                            : sum_lines<16>(p, per_thread);
+          sink_ += s;
+        });
+      for (auto& th : pool) th.join();
+      fastest = std::min(fastest, seconds_since(start));
+    }
+    return static_cast<double>(per_thread * threads * 64) / fastest / 1e9;
+  }
+
+ private:
+  static constexpr int64_t kBytes = int64_t{1} << 30;
+  static constexpr int64_t kLines = kBytes / 64;
+  Line* buffer_;
+  std::atomic<uint64_t> sink_{0};
+};
+
 // Best read bandwidth over thread counts min_threads, 2 min_threads, .., max_threads and 4/8/16 streams
-// per thread (or only `only_streams`), each the best of `reps` passes over a 1 GiB buffer (far larger
-// than the last-level cache), each thread summing its own slice.
+// per thread (or only `only_streams`), each the best of `reps` passes (BandwidthProbe); prints each.
 inline Bandwidth read_bandwidth(int max_threads, int reps, int min_threads = 1, int only_streams = 0) {
-  const int64_t bytes = int64_t{1} << 30;
-  const int64_t lines = bytes / 64;
-  Line* buffer = static_cast<Line*>(std::aligned_alloc(64, static_cast<size_t>(bytes)));
-  std::memset(buffer, 1, static_cast<size_t>(bytes));
-  std::atomic<uint64_t> sink{0};
+  BandwidthProbe probe;
   Bandwidth best{0, 0, 0};
   std::vector<int> thread_counts;
   for (int t = min_threads; t < max_threads; t *= 2) thread_counts.push_back(t);
@@ -74,28 +111,10 @@ inline Bandwidth read_bandwidth(int max_threads, int reps, int min_threads = 1, 
   for (int threads : thread_counts)
     for (int streams : {4, 8, 16}) {
       if (only_streams != 0 && streams != only_streams) continue;
-      double fastest = 1e30;
-      for (int r = 0; r < reps; ++r) {
-        const auto start = Clock::now();
-        std::vector<std::thread> pool;
-        const int64_t per_thread = lines / threads;
-        for (int t = 0; t < threads; ++t)
-          pool.emplace_back([&, t] {
-            const Line* p = buffer + t * per_thread;
-            const uint64_t s = streams == 4   ? sum_lines<4>(p, per_thread)
-                               : streams == 8 ? sum_lines<8>(p, per_thread)
-                                              : sum_lines<16>(p, per_thread);
-            sink += s;
-          });
-        for (auto& th : pool) th.join();
-        fastest = std::min(fastest, seconds_since(start));
-      }
-      const double gbs = static_cast<double>(lines / threads * threads * 64) / fastest / 1e9;
+      const double gbs = probe.gbs(threads, streams, reps);
       fmt::print("  read bandwidth: {} thread(s) × {:>2} streams: {:6.1f} GB/s\n", threads, streams, gbs);
       if (gbs > best.gbs) best = {gbs, threads, streams};
     }
-  std::free(buffer);
-  if (sink.load() == 42) fmt::print("");  // keeps the sums observable
   return best;
 }
 

@@ -5,6 +5,7 @@
 // table; asserts nothing.
 //
 // Usage: bench_quant_bench [threads]   (0 or absent = hardware concurrency)
+// Cold GEMV rows are also given as % of the read bandwidth measured right next to them ("adj").
 // "hot" rows reuse one weight (it may sit in the last-level cache); "cold" rows rotate over enough
 // distinct copies (≥ 1 GiB) that every call streams its weights from DRAM.
 #include "lmx/core/half.h"
@@ -75,6 +76,7 @@ struct Timing {
 struct Row {
   std::string name;
   Timing f32, integer;  // integer.us_per_call == 0: no integer kernels for this format or CPU
+  double adjacent_gbs = 0;  // cold GEMV rows: the read bandwidth measured right before and after (the best)
 };
 
 // Times out = x · dequant(w)ᵀ for one shape under both paths (the f32 kernels, then the integer ones when
@@ -161,17 +163,26 @@ int main(int argc, char** argv) {
       "memory read bandwidth (best of 5 passes over 1 GiB): {:.1f} GB/s ({} thread(s) × {} streams)\n\n",
       bw.gbs, bw.threads, bw.streams);
 
+  // Cold GEMV rows also get the bandwidth measured next to them (best of two passes just before and just
+  // after, in the best configuration above): on a shared machine it drifts during the run.
+  BandwidthProbe probe;
+  auto gemv = [&](int64_t n, int64_t k, int bits, int group, bool cold) {
+    const double before = cold ? probe.gbs(bw.threads, bw.streams, 2) : 0.0;
+    Row row = time_quantized(1, n, k, bits, group, cold);
+    if (cold) row.adjacent_gbs = std::max(before, probe.gbs(bw.threads, bw.streams, 2));
+    return row;
+  };
   std::vector<Row> rows;
   for (int bits : {4, 8})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 14336}, {14336, 4096}})
-      for (bool cold : {false, true}) rows.push_back(time_quantized(1, n, k, bits, 64, cold));
+      for (bool cold : {false, true}) rows.push_back(gemv(n, k, bits, 64, cold));
   for (int bits : {4, 8}) {
-    rows.push_back(time_quantized(1, 8192, 4096, bits, 64, true));
-    rows.push_back(time_quantized(1, 4096, 4096, bits, 32, true));
-    rows.push_back(time_quantized(1, 4096, 4096, bits, 128, true));
+    rows.push_back(gemv(8192, 4096, bits, 64, true));
+    rows.push_back(gemv(4096, 4096, bits, 32, true));
+    rows.push_back(gemv(4096, 4096, bits, 128, true));
   }
-  rows.push_back(time_quantized(1, 4096, 4096, 3, 64, true));
-  rows.push_back(time_quantized(1, 4096, 4096, 6, 64, true));
+  rows.push_back(gemv(4096, 4096, 3, 64, true));
+  rows.push_back(gemv(4096, 4096, 6, 64, true));
   for (int bits : {4, 8}) rows.push_back(time_quantized(4, 4096, 4096, bits, 64, true));
   rows.push_back(time_dense_bf16(4096, 4096, true));
   for (int bits : {4, 8}) rows.push_back(time_quantized(64, 4096, 4096, bits, 64, false));
@@ -179,14 +190,22 @@ int main(int argc, char** argv) {
   for (int bits : {4, 8}) rows.push_back(time_quantized(256, 4096, 4096, bits, 64, false));
 
   // Side by side: the f32 kernels and the integer (VNNI) kernels on the same weights in the same run.
-  fmt::print("{:<36} | {:>9} {:>8} {:>6} {:>8} | {:>9} {:>8} {:>6} {:>8}\n", "op", "f32 us", "GB/s", "% BW",
-             "GFLOP/s", "int us", "GB/s", "% BW", "GFLOP/s");
+  // "% BW": of the bandwidth measured at the start; "% adj": of the bandwidth measured next to the row.
+  fmt::print("{:<36} | {:>9} {:>8} {:>6} {:>8} | {:>9} {:>8} {:>6} {:>8} | {:>7} {:>6} {:>6}\n", "op", "f32 us",
+             "GB/s", "% BW", "GFLOP/s", "int us", "GB/s", "% BW", "GFLOP/s", "adj BW", "f32 %", "int %");
   auto cells = [&](const Timing& t) {
     if (t.us_per_call == 0) return fmt::format("{:>9} {:>8} {:>6} {:>8}", "—", "—", "—", "—");
     return fmt::format("{:>9.1f} {:>8.1f} {:>5.0f}% {:>8.1f}", t.us_per_call, t.weight_gbs,
                        100.0 * t.weight_gbs / bw.gbs, t.gflops);
   };
-  for (const Row& r : rows) fmt::print("{:<36} | {} | {}\n", r.name, cells(r.f32), cells(r.integer));
+  auto adjacent = [&](const Row& r) {
+    if (r.adjacent_gbs == 0) return std::string();
+    auto pct = [&](const Timing& t) {
+      return t.us_per_call == 0 ? fmt::format("{:>6}", "—") : fmt::format("{:>5.0f}%", 100.0 * t.weight_gbs / r.adjacent_gbs);
+    };
+    return fmt::format(" | {:>7.1f} {} {}", r.adjacent_gbs, pct(r.f32), pct(r.integer));
+  };
+  for (const Row& r : rows) fmt::print("{:<36} | {} | {}{}\n", r.name, cells(r.f32), cells(r.integer), adjacent(r));
   // On a shared machine the bandwidth drifts: measure it again (best configuration only) to show by how much.
   fmt::print("\nread bandwidth again after the kernels ({} thread(s) × {} streams):\n", bw.threads,
              bw.streams);
