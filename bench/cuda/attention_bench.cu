@@ -5,6 +5,7 @@
 // rotate over enough cache copies (≥ 256 MiB in all) that K/V come from HBM, as in a forward pass.
 // Prefill: one sequence, T query tokens at positions 0..T-1 over T keys, causal (tiled tensor-core
 // path). Prints µs and TFLOP/s counting 4·(T²/2)·D·H flops (QKᵀ and PV of the causal half).
+#include "bench_cuda_support.cuh"
 #include "lmx/ops/cuda/attention.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -19,56 +20,14 @@
 
 namespace {
 
+using lmx::bench::fill_bf16_kernel;
+using lmx::bench::fill_f32_kernel;
+using lmx::bench::median_seconds;
 using lmx::cuda::DeviceBuffer;
-
-// Small finite bf16 values (≈ ±0.01 .. ±1) from a hash of the index.
-__global__ void fill_bf16_kernel(uint16_t* data, size_t count, uint32_t seed) {
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t v = static_cast<uint32_t>(i) * 2654435761u + seed;
-    v ^= v >> 15;
-    v *= 0x5bd1e995u;
-    v ^= v >> 13;
-    data[i] = static_cast<uint16_t>((v & 0x807Fu) | (0x3C00u + ((v >> 8) & 0x0300u)));
-  }
-}
-__global__ void fill_f32_kernel(float* data, size_t count, uint32_t seed) {
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t v = static_cast<uint32_t>(i) * 2246822519u + seed;
-    v ^= v >> 13;
-    v *= 0x85ebca6bu;
-    v ^= v >> 16;
-    data[i] = static_cast<float>(v & 0xFFFFu) / 32768.0f - 1.0f;
-  }
-}
 
 struct Shape {
   int heads, kv_heads, dim;
 };
-
-// Median seconds per call of fn over `reps` timed calls (after 3 warm-up calls).
-template <typename Fn>
-double median_seconds(int reps, Fn fn) {
-  cudaEvent_t a, b;
-  LMX_CUDA_CHECK(cudaEventCreate(&a));
-  LMX_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) fn(i);
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    LMX_CUDA_CHECK(cudaEventRecord(a));
-    fn(r);
-    LMX_CUDA_CHECK(cudaEventRecord(b));
-    LMX_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    LMX_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    times.push_back(ms * 1e-3);
-  }
-  LMX_CUDA_CHECK(cudaEventDestroy(a));
-  LMX_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 // `seqs` caches of `cap` slots each, plus the device arrays of their pointers.
 struct Caches {
@@ -123,7 +82,7 @@ void bench_decode(const Shape& s, int batch, int kv_len) {
   b.scale = 1.0f;
   const size_t pbytes = lmx::cuda::attention_partials_bytes(b);
   DeviceBuffer partials(std::max<size_t>(pbytes, 256));
-  const double t = median_seconds(30, [&](int i) {
+  const double t = median_seconds(nullptr, 30, 1, [&](int i) {
     const Caches& c = caches[static_cast<size_t>(i % copies)];
     b.k = c.k_ptrs.as<const uint16_t* const>();
     b.v = c.v_ptrs.as<const uint16_t* const>();
@@ -160,7 +119,7 @@ void bench_prefill(const Shape& s, int tokens) {
   b.scale = 1.0f / 16.0f;
   const size_t pbytes = lmx::cuda::attention_partials_bytes(b);
   DeviceBuffer partials(std::max<size_t>(pbytes, 256));
-  const double t = median_seconds(tokens > 4096 ? 5 : 15,
+  const double t = median_seconds(nullptr, tokens > 4096 ? 5 : 15, 1,
                                   [&](int) { lmx::cuda::attention(b, partials.as<float>(), pbytes, nullptr); });
   const double flops = 4.0 * (static_cast<double>(tokens) * tokens / 2.0) * s.dim * s.heads;
   fmt::print("prefill  heads {:>2}/{:<2} dim {:>3}  tokens {:>5}  {:>11.1f} us  {:>7.1f} TFLOP/s\n", s.heads,

@@ -9,6 +9,7 @@
 // weights come from HBM, as in a real forward pass.
 //
 // Usage: bench_cuda_linear [N K [bits [M]]]   (bits 4, 8 or 16 = bf16; without arguments: every case)
+#include "bench_cuda_support.cuh"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -27,6 +28,8 @@
 
 namespace {
 
+using lmx::bench::fill_random;
+using lmx::bench::median_seconds;
 using lmx::cuda::CudaContext;
 using lmx::cuda::DeviceBuffer;
 
@@ -45,69 +48,6 @@ __global__ void read_sum_kernel(const uint4* data, size_t count, unsigned long l
     acc += a.x ^ a.y ^ a.z ^ a.w;
   }
   if (acc == 0x12345678u) atomicAdd(sink, 1ull);  // keeps the loads alive
-}
-
-__global__ void fill_kernel(uint32_t* data, size_t count, uint32_t seed) {
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t v = static_cast<uint32_t>(i) * 2654435761u + seed;
-    v ^= v >> 13;
-    v *= 0x5bd1e995u;
-    v ^= v >> 15;
-    data[i] = v;
-  }
-}
-
-// Fills with small finite bf16 values (both halves of each word): scales/biases/dense weights.
-__global__ void fill_bf16_kernel(uint32_t* data, size_t count, uint32_t seed) {
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t v = static_cast<uint32_t>(i) * 2654435761u + seed;
-    v ^= v >> 16;
-    // exponent 0x3C..0x3D (≈ 0.008 .. 0.03), random sign and mantissa
-    const uint32_t lo = (v & 0x807Fu) | 0x3C00u, hi = ((v >> 8) & 0x807Fu) | 0x3C80u;
-    data[i] = lo | (hi << 16);
-  }
-}
-
-void fill_random(void* p, size_t bytes, uint32_t seed, bool bf16) {
-  const size_t words = bytes / 4;
-  if (bf16)
-    fill_bf16_kernel<<<1024, 256>>>(static_cast<uint32_t*>(p), words, seed);
-  else
-    fill_kernel<<<1024, 256>>>(static_cast<uint32_t*>(p), words, seed);
-  LMX_CUDA_CHECK_LAUNCH();
-}
-
-struct Timer {
-  cudaEvent_t start, stop;
-  Timer() {
-    LMX_CUDA_CHECK(cudaEventCreate(&start));
-    LMX_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~Timer() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-};
-
-// Median seconds per call of fn(i) over `samples` samples of `inner` back-to-back calls (i = call index),
-// after one warm-up sample.
-template <class Fn>
-double median_seconds(cudaStream_t stream, int samples, int inner, Fn fn) {
-  Timer timer;
-  std::vector<double> times;
-  for (int s = -1; s < samples; ++s) {
-    LMX_CUDA_CHECK(cudaEventRecord(timer.start, stream));
-    for (int i = 0; i < inner; ++i) fn(i);
-    LMX_CUDA_CHECK(cudaEventRecord(timer.stop, stream));
-    LMX_CUDA_CHECK(cudaEventSynchronize(timer.stop));
-    float ms = 0;
-    LMX_CUDA_CHECK(cudaEventElapsedTime(&ms, timer.start, timer.stop));
-    if (s >= 0) times.push_back(ms * 1e-3 / inner);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 double read_bandwidth(cudaStream_t stream) {

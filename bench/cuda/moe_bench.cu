@@ -6,6 +6,7 @@
 // (distinct within a token), so the weights come from HBM as in a forward pass (one layer's stack is
 // ~430 MB; a call reads ~27 MB at T = 1).
 // Usage: bench_cuda_moe [experts top_k hidden inter]
+#include "bench_cuda_support.cuh"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -26,41 +27,6 @@ namespace {
 
 using lmx::cuda::DeviceBuffer;
 
-// Pseudo-random 32-bit words (any word is valid 4-bit codes).
-__global__ void fill_words_kernel(uint32_t* data, size_t count, uint32_t seed) {
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t v = static_cast<uint32_t>(i) * 2654435761u + seed;
-    v ^= v >> 15;
-    v *= 0x5bd1e995u;
-    v ^= v >> 13;
-    data[i] = v;
-  }
-}
-// bf16 values of magnitude ~`scale` (sign from `signed_values`).
-__global__ void fill_bf16_kernel(uint16_t* data, size_t count, uint32_t seed, float scale, bool signed_values) {
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t v = static_cast<uint32_t>(i) * 2246822519u + seed;
-    v ^= v >> 13;
-    v *= 0x85ebca6bu;
-    v ^= v >> 16;
-    float f = scale * (0.5f + static_cast<float>(v & 0xFFFFu) / 65536.0f);
-    if (signed_values && (v & 0x10000u)) f = -f;
-    data[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
-  }
-}
-__global__ void fill_f32_kernel(float* data, size_t count, uint32_t seed) {
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t v = static_cast<uint32_t>(i) * 2246822519u + seed;
-    v ^= v >> 13;
-    v *= 0x85ebca6bu;
-    v ^= v >> 16;
-    data[i] = static_cast<float>(v & 0xFFFFu) / 32768.0f - 1.0f;
-  }
-}
-
 // One quantized expert stack [experts, rows, cols] resident on the device.
 struct Stack {
   DeviceBuffer codes, scales, biases;
@@ -75,10 +41,9 @@ Stack make_stack(int64_t experts, int64_t rows, int64_t cols, uint32_t seed) {
   s.codes = DeviceBuffer(words * 4);
   s.scales = DeviceBuffer(groups * 2);
   s.biases = DeviceBuffer(groups * 2);
-  fill_words_kernel<<<1024, 256>>>(s.codes.as<uint32_t>(), words, seed);
-  fill_bf16_kernel<<<1024, 256>>>(s.scales.as<uint16_t>(), groups, seed + 1, 0.01f, false);
-  fill_bf16_kernel<<<1024, 256>>>(s.biases.as<uint16_t>(), groups, seed + 2, 0.08f, true);
-  LMX_CUDA_CHECK_LAUNCH();
+  lmx::bench::fill_random(s.codes.data(), words * 4, seed, false);
+  lmx::bench::fill_random(s.scales.data(), groups * 2, seed + 1, true);
+  lmx::bench::fill_random(s.biases.data(), groups * 2, seed + 2, true);
   s.view.codes = s.codes.as<const uint32_t>();
   s.view.scales = s.scales.data();
   s.view.biases = s.biases.data();
@@ -89,29 +54,6 @@ Stack make_stack(int64_t experts, int64_t rows, int64_t cols, uint32_t seed) {
   s.view.rows = rows;
   s.view.cols = cols;
   return s;
-}
-
-// Median seconds per call of fn over `reps` timed calls on `stream` (after 3 warm-up calls).
-template <typename Fn>
-double median_seconds(cudaStream_t stream, int reps, Fn fn) {
-  cudaEvent_t a, b;
-  LMX_CUDA_CHECK(cudaEventCreate(&a));
-  LMX_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) fn(i);
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    LMX_CUDA_CHECK(cudaEventRecord(a, stream));
-    fn(r + 3);
-    LMX_CUDA_CHECK(cudaEventRecord(b, stream));
-    LMX_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    LMX_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    times.push_back(ms * 1e-3);
-  }
-  LMX_CUDA_CHECK(cudaEventDestroy(a));
-  LMX_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 }  // namespace
@@ -159,9 +101,9 @@ int main(int argc, char** argv) {
     const DeviceBuffer d_ids = lmx::cuda::upload_vector(ids), d_weights = lmx::cuda::upload_vector(weights);
     DeviceBuffer x(static_cast<size_t>(tokens * hidden) * 4), out(static_cast<size_t>(tokens * hidden) * 4),
         dense(static_cast<size_t>(tokens * hidden) * 4), norm(static_cast<size_t>(hidden) * 4);
-    fill_f32_kernel<<<64, 256>>>(x.as<float>(), static_cast<size_t>(tokens * hidden), 3);
-    fill_f32_kernel<<<64, 256>>>(dense.as<float>(), static_cast<size_t>(tokens * hidden), 4);
-    fill_f32_kernel<<<64, 256>>>(norm.as<float>(), static_cast<size_t>(hidden), 5);
+    lmx::bench::fill_f32_kernel<<<64, 256>>>(x.as<float>(), static_cast<size_t>(tokens * hidden), 3);
+    lmx::bench::fill_f32_kernel<<<64, 256>>>(dense.as<float>(), static_cast<size_t>(tokens * hidden), 4);
+    lmx::bench::fill_f32_kernel<<<64, 256>>>(norm.as<float>(), static_cast<size_t>(hidden), 5);
     LMX_CUDA_CHECK_LAUNCH();
     LMX_CUDA_CHECK(cudaDeviceSynchronize());
     const double mean_distinct =
@@ -172,7 +114,7 @@ int main(int argc, char** argv) {
     norms.dense_norm = norm.as<const float>();
     norms.expert_norm = norm.as<const float>();
     for (bool with_norms : {false, true}) {
-      const double t = median_seconds(stream, 50, [&](int call) {
+      const double t = lmx::bench::median_seconds(stream, 50, 1, [&](int call) {
         const size_t r = static_cast<size_t>(call % kRoutings) * static_cast<size_t>(tokens * top_k);
         lmx::cuda::quantized_moe_experts(x.as<float>(), tokens, d_ids.as<int32_t>() + r, d_weights.as<float>() + r,
                                          top_k, gate.view, up.view, down.view, out.as<float>(), ctx,
