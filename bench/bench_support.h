@@ -101,9 +101,9 @@ class BandwidthProbe {
 };
 
 // Best read bandwidth over thread counts min_threads, 2 min_threads, .., max_threads and 4/8/16 streams
-// per thread (or only `only_streams`), each the best of `reps` passes (BandwidthProbe); prints each.
-inline Bandwidth read_bandwidth(int max_threads, int reps, int min_threads = 1, int only_streams = 0) {
-  BandwidthProbe probe;
+// per thread (or only `only_streams`), each the best of `reps` passes of `probe`; prints each.
+inline Bandwidth read_bandwidth(BandwidthProbe& probe, int max_threads, int reps, int min_threads = 1,
+                                int only_streams = 0) {
   Bandwidth best{0, 0, 0};
   std::vector<int> thread_counts;
   for (int t = min_threads; t < max_threads; t *= 2) thread_counts.push_back(t);

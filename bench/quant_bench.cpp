@@ -158,14 +158,14 @@ int main(int argc, char** argv) {
   fmt::print("lmx quant bench: {} threads ({} hardware)\n\n", pool_threads,
              std::thread::hardware_concurrency());
 
-  const Bandwidth bw = read_bandwidth(pool_threads, 5);
+  BandwidthProbe probe;  // one 1 GiB buffer for every bandwidth measurement of the run
+  const Bandwidth bw = read_bandwidth(probe, pool_threads, 5);
   fmt::print(
       "memory read bandwidth (best of 5 passes over 1 GiB): {:.1f} GB/s ({} thread(s) × {} streams)\n\n",
       bw.gbs, bw.threads, bw.streams);
 
   // Cold GEMV rows also get the bandwidth measured next to them (best of two passes just before and just
   // after, in the best configuration above): on a shared machine it drifts during the run.
-  BandwidthProbe probe;
   auto gemv = [&](int64_t n, int64_t k, int bits, int group, bool cold) {
     const double before = cold ? probe.gbs(bw.threads, bw.streams, 2) : 0.0;
     Row row = time_quantized(1, n, k, bits, group, cold);
@@ -209,6 +209,6 @@ int main(int argc, char** argv) {
   // On a shared machine the bandwidth drifts: measure it again (best configuration only) to show by how much.
   fmt::print("\nread bandwidth again after the kernels ({} thread(s) × {} streams):\n", bw.threads,
              bw.streams);
-  read_bandwidth(bw.threads, 5, bw.threads, bw.streams);
+  read_bandwidth(probe, bw.threads, 5, bw.threads, bw.streams);
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <utility>
 
 namespace lmx::cli {
 
@@ -45,30 +46,25 @@ Verb add_bench(CLI::App& app) {
             std::vector<int32_t> prompt(static_cast<size_t>(opt->prompt_tokens));
             for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % static_cast<uint32_t>(vocab - 3));
 
-            // Warm-up: the first forward of a process pays one-time costs the timed runs should not (lazily
-            // loaded GPU kernels, scratch and cache growth, graph captures, first touches of mmapped weights).
-            if (!opt->no_warmup) {
-              auto warm = model->new_sequence();
-              StepRow warm_row{warm.get(), prompt};
-              int32_t warm_token = model->forward_argmax({&warm_row, 1})[0];
-              for (int i = 0; i < std::min(opt->gen_tokens, 4); ++i) {
-                StepRow step{warm.get(), {&warm_token, 1}};
-                warm_token = model->forward_argmax({&step, 1})[0];
+            // One run on a fresh sequence: the prompt in one step, then `steps` greedy decode steps; the
+            // seconds of each part.
+            auto run = [&](int steps) {
+              auto seq = model->new_sequence();
+              auto start = Clock::now();
+              StepRow row{seq.get(), prompt};
+              int32_t token = model->forward_argmax({&row, 1})[0];
+              const double prefill = std::chrono::duration<double>(Clock::now() - start).count();
+              start = Clock::now();
+              for (int i = 0; i < steps; ++i) {
+                StepRow step{seq.get(), {&token, 1}};
+                token = model->forward_argmax({&step, 1})[0];
               }
-            }
-
-            auto seq = model->new_sequence();
-            auto start = Clock::now();
-            StepRow row{seq.get(), prompt};
-            int32_t token = model->forward_argmax({&row, 1})[0];
-            double prefill_s = std::chrono::duration<double>(Clock::now() - start).count();
-
-            start = Clock::now();
-            for (int i = 0; i < opt->gen_tokens; ++i) {
-              StepRow step{seq.get(), {&token, 1}};
-              token = model->forward_argmax({&step, 1})[0];
-            }
-            double decode_s = std::chrono::duration<double>(Clock::now() - start).count();
+              return std::pair{prefill, std::chrono::duration<double>(Clock::now() - start).count()};
+            };
+            // Warm-up: the first forward of a process pays one-time costs the timed run should not (lazily
+            // loaded GPU kernels, scratch and cache growth, graph captures, first touches of mmapped weights).
+            if (!opt->no_warmup) run(std::min(opt->gen_tokens, 4));
+            const auto [prefill_s, decode_s] = run(opt->gen_tokens);
 
             struct rusage usage {};
             getrusage(RUSAGE_SELF, &usage);

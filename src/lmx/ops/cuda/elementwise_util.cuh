@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 namespace lmx::cuda::detail {
 
@@ -12,6 +13,8 @@ namespace lmx::cuda::detail {
 constexpr int kThreads = 256;
 // Cap on grid-stride grids: enough blocks to fill every SM of an H200 many times over.
 constexpr int64_t kMaxGridBlocks = 8192;
+// Cap on grids of one block (or a few) per row: the grid's y limit, used for x too.
+constexpr int64_t kMaxRowBlocks = 65535;
 
 // Blocks for `work` items at `per_block` items per block, at least 1 and at most `cap`.
 inline unsigned grid_blocks(int64_t work, int64_t per_block, int64_t cap = kMaxGridBlocks) {
@@ -20,6 +23,12 @@ inline unsigned grid_blocks(int64_t work, int64_t per_block, int64_t cap = kMaxG
 
 // Whether a device pointer is 16-byte aligned (float4 / uint4 loads are legal).
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+// Whether every pointer is null (an absent optional operand) or 16-byte aligned.
+inline bool aligned16_or_null(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (p != nullptr && !aligned16(p)) return false;
+  return true;
+}
 
 // 2-D launch over a [rows, cols] grid of strided rows: blockDim.x threads along columns (a warp
 // multiple, at most 256), blockDim.y rows per block; kernels loop over both with grid strides.

@@ -13,9 +13,8 @@ namespace {
 
 using detail::aligned16;
 using detail::grid_blocks;
+using detail::kMaxRowBlocks;
 using detail::kThreads;
-
-constexpr int64_t kMaxRowBlocks = 65535;
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 

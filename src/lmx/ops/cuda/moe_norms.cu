@@ -17,7 +17,6 @@ namespace lmx::cuda {
 namespace {
 
 using detail::added;
-using detail::aligned16;
 using detail::inv_rms;
 using detail::kThreads;
 using detail::RowSchedule;
@@ -253,12 +252,6 @@ void launch_moe_inputs(const float* x, int64_t tokens, int hidden, const float* 
          reinterpret_cast<V*>(expert_in));
 }
 
-bool all_aligned16(std::initializer_list<const void*> pointers) {
-  for (const void* q : pointers)
-    if (q != nullptr && !aligned16(q)) return false;
-  return true;
-}
-
 }  // namespace
 
 void moe::launch_combine(const CombineParams& p, const MoeOutputNorms* norms, cudaStream_t stream) {
@@ -277,7 +270,7 @@ void moe::launch_combine(const CombineParams& p, const MoeOutputNorms* norms, cu
     }
     return;
   }
-  const bool vec4 = p.hidden % 4 == 0 && all_aligned16({p.y, p.out, norms->dense_out, norms->dense_norm,
+  const bool vec4 = p.hidden % 4 == 0 && detail::aligned16_or_null({p.y, p.out, norms->dense_out, norms->dense_norm,
                                                         norms->expert_norm});
   if (vec4)
     launch_combine_norms<float4>(p, *norms, stream);
@@ -290,7 +283,7 @@ void moe_inputs(const float* x, int64_t tokens, int hidden, const float* router_
   LMX_REQUIRE(InvalidArgument, tokens >= 0 && hidden >= 0, "cuda::moe_inputs: negative shape [{}, {}]", tokens,
               hidden);
   if (tokens == 0 || hidden == 0) return;
-  const bool vec4 = hidden % 4 == 0 && all_aligned16({x, router_scale, expert_norm, routed, expert_in});
+  const bool vec4 = hidden % 4 == 0 && detail::aligned16_or_null({x, router_scale, expert_norm, routed, expert_in});
   if (vec4)
     launch_moe_inputs<float4>(x, tokens, hidden, router_scale, router_mul, expert_norm, eps, routed, expert_in,
                               stream);

@@ -13,7 +13,6 @@
 namespace lmx::cuda {
 namespace {
 
-using detail::aligned16;
 using detail::grid_blocks;
 using detail::inv_rms;
 using detail::kMaxRowBlocks;
@@ -210,8 +209,7 @@ __global__ void rope_kernel(float* x, int64_t token_stride, int64_t tokens, int 
 void rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_stride, int64_t rows, int dim,
               const float* weight, float eps, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
-  const bool vec4 = dim % 4 == 0 && x_stride % 4 == 0 && out_stride % 4 == 0 && aligned16(x) && aligned16(out) &&
-                    (weight == nullptr || aligned16(weight));
+  const bool vec4 = dim % 4 == 0 && x_stride % 4 == 0 && out_stride % 4 == 0 && detail::aligned16_or_null({x, out, weight});
   if (vec4) {
     if (weight)
       launch_rms_norm<float4, true>(x, x_stride, out, out_stride, rows, dim, weight, eps, stream);
@@ -228,8 +226,7 @@ void rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_stride, 
 void residual_norm(float* x, const float* a, const float* a_weight, float scale, float* normed,
                    const float* normed_weight, int64_t rows, int dim, float eps, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
-  const bool vec4 = dim % 4 == 0 && aligned16(x) && aligned16(a) && (a_weight == nullptr || aligned16(a_weight)) &&
-                    (normed == nullptr || aligned16(normed)) && (normed_weight == nullptr || aligned16(normed_weight));
+  const bool vec4 = dim % 4 == 0 && detail::aligned16_or_null({x, a, a_weight, normed, normed_weight});
   if (vec4)
     launch_residual_norm<float4>(x, a, a_weight, scale, normed, normed_weight, rows, dim, eps, stream);
   else

@@ -51,7 +51,6 @@ __device__ __forceinline__ float4 added(float4 x, float4 a) {
 // elements (floats or float4s). Within a row, thread `first()` takes elements first, first + step, ...
 // in order, and the partial sums are reduced by warp_sum (or block_sum).
 constexpr int kWarpRowMaxDim = 1024;
-constexpr int64_t kMaxRowBlocks = 65535;
 
 inline int row_block_threads(int n) { return n >= 4096 ? 1024 : n >= 1024 ? 512 : 256; }
 
