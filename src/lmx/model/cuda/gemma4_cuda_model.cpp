@@ -12,7 +12,6 @@
 #include "lmx/ops/ops.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
 #include <unordered_set>
 
@@ -389,10 +388,6 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   batch.max_kv_len = plan.max_kv_len;
   batch.window = spec.sliding_window;
   batch.scale = 1.0f;
-  static const bool kFoldOff = std::getenv("LMX_ATTN_FOLD") != nullptr;  // TEMPORARY A/B knob
-  if (const size_t arrivals = cuda::attention_arrival_count(batch); arrivals > 0 && !kFoldOff)
-    batch.arrivals = static_cast<int32_t*>(
-        ctx_.zeroed_scratch(cuda::Scratch::kAttentionArrivals, arrivals * sizeof(int32_t)));
   const size_t partial_bytes = cuda::attention_partials_bytes(batch);
   void* partials = ctx_.scratch(cuda::Scratch::kAttentionPartials, std::max<size_t>(partial_bytes, 1));
   cuda::attention(batch, static_cast<float*>(partials), partial_bytes, s);

@@ -156,13 +156,6 @@ int resident_blocks(const void* kernel, int threads, int smem_bytes) {
 
 size_t attention_partials_bytes(const AttentionBatch& batch) { return make_plan(batch).bytes; }
 
-size_t attention_arrival_count(const AttentionBatch& batch) {
-  if (batch.tokens <= 0 || batch.kv_heads <= 0 || batch.heads <= 0 || !make_plan(batch).decode) return 0;
-  const int group = batch.heads / batch.kv_heads;
-  return static_cast<size_t>(batch.tokens) * static_cast<size_t>(batch.kv_heads) *
-         static_cast<size_t>((group + 15) / 16);
-}
-
 void attention(const AttentionBatch& batch, float* partials, size_t partials_bytes, cudaStream_t stream) {
   if (batch.tokens <= 0) return;
   validate(batch);
@@ -194,7 +187,6 @@ void attention(const AttentionBatch& batch, float* partials, size_t partials_byt
     p.part_acc = partials;
     p.part_ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(partials) + plan.acc_bytes);
     p.n_slots = plan.n_slots;
-    p.arrivals = batch.arrivals;
     attn::launch_decode(p, tier, stream);
   } else {
     const int rows = attn::prefill_rows(tier);

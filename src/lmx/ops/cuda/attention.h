@@ -27,10 +27,6 @@ struct AttentionBatch {
   int64_t max_kv_len = 0;  // host-side upper bound on every kv_len (sizes the split-KV grid)
   int window = 0;          // > 0: key j visible to a query at p iff p - j < window
   float scale = 1.0f;      // scores = scale * (q · k)
-  // Optional: attention_arrival_count(*this) int32 counters, all zero, which the call leaves zero. With them
-  // the split-KV decode path folds its chunk states in its own last blocks instead of a second kernel
-  // (same results). The caller keeps them for this use only (e.g. a zero-filled scratch buffer).
-  int32_t* arrivals = nullptr;
 };
 
 // out[t, h] = Σ_j softmax_j(scale * q[t,h]·k[j, h/g]) v[j, h/g] over visible keys j: j ≤ q_pos[t],
@@ -40,8 +36,6 @@ struct AttentionBatch {
 void attention(const AttentionBatch& batch, float* partials, size_t partials_bytes, cudaStream_t stream);
 // Bytes of `partials` scratch that attention() needs for this batch shape.
 size_t attention_partials_bytes(const AttentionBatch& batch);
-// Counters AttentionBatch::arrivals must hold for this batch shape (0: the call would not use them).
-size_t attention_arrival_count(const AttentionBatch& batch);
 
 // Writes new keys/values into the caches: for token t (sequence q_seq[t], position q_pos[t]),
 // k_store[q_seq[t]][q_pos[t], :, :] = bf16(k[t]) (round to nearest even), likewise v.

@@ -1,7 +1,6 @@
 // Split-KV (flash-decoding) attention: one block per (query token, kv head, block of ≤16 heads of its
-// group, chunk of the token's visible range), then a fold of the chunk states in key order — by the
-// item's last block to finish when the caller gives arrival counters (Params::arrivals), else by a
-// combine kernel; the same code and bits either way. Numerics: attention_kernels.cuh.
+// group, 256-key chunk of the token's visible range), then a combine kernel that folds the chunk
+// states in key order. Numerics: attention_kernels.cuh.
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
@@ -13,75 +12,6 @@ namespace {
 // 64-key tile and is latency-bound, so more warps per block finish it sooner (ncu, E4B at 512 keys:
 // 2 warps of dim 256 ran 9.4 µs at 0.3 instructions per cycle per scheduler).
 constexpr int decode_nw(int dim_tier) { return dim_tier <= 64 ? 1 : dim_tier / 64; }
-
-constexpr int kCombineThreads = 128;
-
-// Number of chunk slots holding token t's states (its visible chunks, at most n_slots); range non-empty.
-__device__ __forceinline__ int visible_chunks(const Params& p, int2 range) {
-  const int first = range.x / kChunkKeys;
-  return min((range.y - 1) / kChunkKeys - first + 1, p.n_slots);
-}
-
-// Folds the chunk states of (token t, head h) in key order into out[t, h] (all threads of the block call
-// it; coef holds 4 * n_slots floats of shared memory). The running maxima (an exact prefix max) and the
-// merge coefficients come first; each output element then runs its own chain x = fma(x, a_k, x_k * b_k),
-// as the prefill kernel does in registers. States are read through L2 (__ldcg): other blocks wrote them.
-__device__ void combine_head(const Params& p, int t, int h, float* coef) {
-  float* out = p.out + (static_cast<int64_t>(t) * p.heads + h) * p.head_dim;
-  const int2 range = key_range(p, t);
-  if (range.y <= range.x) {
-    for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) out[d] = 0.0f;
-    return;
-  }
-  const int n = visible_chunks(p, range);
-  const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * p.n_slots;
-  float* mk = coef;
-  float* ak = coef + p.n_slots;
-  float* bk = ak + p.n_slots;
-  float* lk = bk + p.n_slots;
-  __syncthreads();  // coef is free (a previous head's fold, or the caller's use of the memory, is done)
-  for (int k = threadIdx.x; k < n; k += blockDim.x) {
-    const float2 ml = __ldcg(p.part_ml + base + k);
-    mk[k] = ml.x;
-    lk[k] = ml.y;
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float carry = -INFINITY;
-    for (int k0 = 0; k0 < n; k0 += 32) {
-      const int k = k0 + lane;
-      const float mc = k < n ? mk[k] : -INFINITY;
-      float run = mc;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const float o = __shfl_up_sync(0xffffffffu, run, off);
-        if (lane >= off) run = fmaxf(run, o);
-      }
-      run = fmaxf(run, carry);
-      float prev = __shfl_up_sync(0xffffffffu, run, 1);
-      if (lane == 0) prev = carry;
-      if (k > 0 && k < n) {
-        float m, a, b;
-        merge_coeffs(prev, mc, m, a, b);
-        ak[k] = a;
-        bk[k] = b;
-      }
-      carry = __shfl_sync(0xffffffffu, run, 31);
-    }
-  }
-  __syncthreads();
-  float l = lk[0];
-  for (int k = 1; k < n; ++k) l = merge_apply(l, ak[k], lk[k], bk[k]);
-  const float* src = p.part_acc + base * p.head_dim;
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float acc = __ldcg(src + d);
-#pragma unroll 4
-    for (int k = 1; k < n; ++k)
-      acc = merge_apply(acc, ak[k], __ldcg(src + static_cast<int64_t>(k) * p.head_dim + d), bk[k]);
-    out[d] = __fdiv_rn(acc, l);
-  }
-}
 
 // grid.x = token × kv head × head block, grid.y = chunk slot (chunk = first visible chunk + slot).
 // Slots past the token's last visible chunk exit at once (the combine kernel never reads them), so
@@ -106,10 +36,6 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   const int chunk = range.x / kChunkKeys + static_cast<int>(blockIdx.y);
   if (range.y <= range.x || chunk * kChunkKeys >= range.y) {
     wait_for_prior_kernels();  // (so that this kernel never completes before the previous one)
-    if (p.arrivals != nullptr && range.y <= range.x && blockIdx.y == 0) {  // no key: the item's outputs are 0
-      for (int i = 0; i < p.gh && hb * p.gh + i < p.group; ++i)
-        combine_head(p, t, kvh * p.group + hb * p.gh + i, reinterpret_cast<float*>(smem));
-    }
     return;
   }
 
@@ -163,54 +89,79 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
         *reinterpret_cast<float2*>(dst + col) = make_float2(st.acc[n][2 * r], st.acc[n][2 * r + 1]);
     }
   }
-
-  // With arrival counters, the item's last block to finish folds its heads' chunk states: every block
-  // publishes its states (fence) before counting itself in; the last one resets the counter for the next
-  // call and reads the others' states through L2.
-  if (p.arrivals == nullptr) return;
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int before = atomicAdd(p.arrivals + blockIdx.x, 1);
-    last = before == visible_chunks(p, range) - 1;
-    if (last) atomicExch(p.arrivals + blockIdx.x, 0);
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = 0; i < p.gh && hb * p.gh + i < p.group; ++i)
-    combine_head(p, t, kvh * p.group + hb * p.gh + i, reinterpret_cast<float*>(smem));
 }
 
-// One block per (token, head).
+constexpr int kCombineThreads = 128;
+
+// One block per (token, head): folds the chunk states of the token's visible chunks in key order.
+// The running maxima (an exact prefix max) and the merge coefficients come first; each output
+// element then runs its own chain x = fma(x, a_k, x_k * b_k), as the prefill kernel does in registers.
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(Params p) {
   extern __shared__ float coef[];  // [4][n_slots]: m_k, a_k, b_k, l_k
   const int t = static_cast<int>(blockIdx.x) / p.heads, h = static_cast<int>(blockIdx.x) % p.heads;
+  float* out = p.out + (static_cast<int64_t>(t) * p.heads + h) * p.head_dim;
+  const int2 range = key_range(p, t);  // step inputs: no kernel writes them
   wait_for_prior_kernels();
   allow_next_kernel();
-  combine_head(p, t, h, coef);
-}
-
-// Whether the decode blocks of this call fold the chunk states themselves (Params::arrivals): their shared
-// memory, reused once a block's tile is done, must hold the combine's coefficients.
-template <int DT>
-bool decode_folds(const Params& p) {
-  return p.arrivals != nullptr && sizeof(float) * 4 * static_cast<size_t>(p.n_slots) <= Layout<DT, decode_nw(DT), 1>::kBytes;
+  if (range.y <= range.x) {
+    for (int d = threadIdx.x; d < p.head_dim; d += kCombineThreads) out[d] = 0.0f;
+    return;
+  }
+  const int first = range.x / kChunkKeys;
+  const int n = min((range.y - 1) / kChunkKeys - first + 1, p.n_slots);
+  const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * p.n_slots;
+  float* mk = coef;
+  float* ak = coef + p.n_slots;
+  float* bk = ak + p.n_slots;
+  float* lk = bk + p.n_slots;
+  for (int k = threadIdx.x; k < n; k += kCombineThreads) {
+    const float2 ml = p.part_ml[base + k];
+    mk[k] = ml.x;
+    lk[k] = ml.y;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float carry = -INFINITY;
+    for (int k0 = 0; k0 < n; k0 += 32) {
+      const int k = k0 + lane;
+      const float mc = k < n ? mk[k] : -INFINITY;
+      float run = mc;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const float o = __shfl_up_sync(0xffffffffu, run, off);
+        if (lane >= off) run = fmaxf(run, o);
+      }
+      run = fmaxf(run, carry);
+      float prev = __shfl_up_sync(0xffffffffu, run, 1);
+      if (lane == 0) prev = carry;
+      if (k > 0 && k < n) {
+        float m, a, b;
+        merge_coeffs(prev, mc, m, a, b);
+        ak[k] = a;
+        bk[k] = b;
+      }
+      carry = __shfl_sync(0xffffffffu, run, 31);
+    }
+  }
+  __syncthreads();
+  float l = lk[0];
+  for (int k = 1; k < n; ++k) l = merge_apply(l, ak[k], lk[k], bk[k]);
+  const float* src = p.part_acc + base * p.head_dim;
+  for (int d = threadIdx.x; d < p.head_dim; d += kCombineThreads) {
+    float acc = src[d];
+#pragma unroll 4
+    for (int k = 1; k < n; ++k) acc = merge_apply(acc, ak[k], src[static_cast<int64_t>(k) * p.head_dim + d], bk[k]);
+    out[d] = __fdiv_rn(acc, l);
+  }
 }
 
 template <int DT>
 void launch_decode_dt(const Params& p, cudaStream_t stream) {
   using L = Layout<DT, decode_nw(DT), 1>;
-  Params q = p;
-  if (!decode_folds<DT>(q)) q.arrivals = nullptr;
   ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT>), L::kBytes);
   const dim3 grid(static_cast<unsigned>(p.tokens * p.kv_heads * p.head_blocks), static_cast<unsigned>(p.n_slots));
-  launch(decode_kernel<DT>, grid, L::kThreads, L::kBytes, stream, q);
-  if (q.arrivals == nullptr) {
-    const size_t smem = sizeof(float) * 4 * static_cast<size_t>(p.n_slots);
-    launch(combine_kernel, static_cast<unsigned>(p.tokens * p.heads), kCombineThreads, smem, stream, p);
-  }
+  launch(decode_kernel<DT>, grid, L::kThreads, L::kBytes, stream, p);
 }
 
 }  // namespace
@@ -223,6 +174,8 @@ void launch_decode(const Params& p, int dim_tier, cudaStream_t stream) {
     case 256: launch_decode_dt<256>(p, stream); break;
     default: launch_decode_dt<512>(p, stream); break;
   }
+  const size_t smem = sizeof(float) * 4 * static_cast<size_t>(p.n_slots);
+  launch(combine_kernel, static_cast<unsigned>(p.tokens * p.heads), kCombineThreads, smem, stream, p);
 }
 
 }  // namespace lmx::cuda::attn

@@ -51,9 +51,6 @@ struct Params {
   float* part_acc = nullptr;
   float2* part_ml = nullptr;
   int n_slots = 0;
-  // Decode, optional: one arrival counter per work item (grid.x), zero on entry and left zero. When set,
-  // the last chunk block of an item to finish runs the combine for the item's heads (no combine kernel).
-  int* arrivals = nullptr;
   // Prefill: work[0] = item counter, work[1] = tile count, work[2 ..] = first token of each tile, then
   // `tokens` as a sentinel.
   int* work = nullptr;

@@ -37,16 +37,6 @@ void* CudaContext::scratch(Scratch slot, size_t bytes) {
   return buffer.data();
 }
 
-void* CudaContext::zeroed_scratch(Scratch slot, size_t bytes) {
-  const int generation = scratch_generation_;
-  void* p = scratch(slot, bytes);
-  if (scratch_generation_ != generation) {  // grown (outside capture: scratch() throws during capture)
-    const DeviceBuffer& buffer = scratch_[static_cast<size_t>(slot)];
-    LMX_CUDA_CHECK(cudaMemsetAsync(buffer.data(), 0, buffer.bytes(), stream_));
-  }
-  return p;
-}
-
 void CudaContext::synchronize() { LMX_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 bool CudaContext::capturing() const {

@@ -19,7 +19,6 @@ enum class Scratch : int {
   kMoeRouting,
   kMoeActivations,
   kArgmaxPartials,
-  kAttentionArrivals,  // zero-filled (zeroed_scratch): self-resetting counters
   kCount
 };
 
@@ -39,8 +38,6 @@ class CudaContext {
   // A buffer of at least `bytes` for `slot`, at the same address until a larger request grows it.
   // Growing while the stream is being captured into a graph throws CudaError (warm up first).
   void* scratch(Scratch slot, size_t bytes);
-  // scratch() that is zero-filled whenever it is (re)allocated, for counters that their users leave zero.
-  void* zeroed_scratch(Scratch slot, size_t bytes);
   // Bumped whenever a scratch buffer moves: graphs captured before a change must be dropped.
   int scratch_generation() const { return scratch_generation_; }
   // Waits for all work queued on the stream; rethrows asynchronous kernel errors as CudaError.
