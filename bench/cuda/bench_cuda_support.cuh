@@ -35,13 +35,13 @@ __global__ void fill_f32_kernel(float* data, size_t count, uint32_t seed) {
     data[i] = static_cast<float>(hash_word(i, seed) & 0xFFFFu) / 32768.0f - 1.0f;
 }
 
-// Small finite bf16 values (|v| ≈ 0.004 .. 0.06, random sign and mantissa): scales, biases, dense weights,
-// K/V caches.
+// Small finite bf16 values (2^-9 <= |v| < 2^-5, i.e. ≈ 0.002 .. 0.031, random sign and mantissa): scales
+// (below cuda::kSmallScaleLimit), biases, dense weights, K/V caches.
 __global__ void fill_bf16_kernel(uint16_t* data, size_t count, uint32_t seed) {
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const uint32_t v = hash_word(i, seed);
-    data[i] = static_cast<uint16_t>((v & 0x807Fu) | (0x3B80u + ((v >> 8) & 0x0180u)));
+    data[i] = static_cast<uint16_t>((v & 0x807Fu) | (0x3B00u + ((v >> 8) & 0x0180u)));
   }
 }
 

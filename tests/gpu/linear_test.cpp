@@ -72,7 +72,31 @@ DeviceQuantizedWeight upload(const ops::QuantizedWeight& w, size_t code_offset =
   d.view.group_size = w.group_size;
   d.view.rows = w.rows();
   d.view.cols = w.cols();
+  d.view.small_scales = quant::finite_magnitudes_below(w.scales, cuda::kSmallScaleLimit);  // as the uploader
   return d;
+}
+
+// A 4-bit weight with bf16 scales below cuda::kSmallScaleLimit (DeviceQuantized::small_scales): arbitrary
+// codes; scales of both signs from 2^-9 up to the largest bf16 below 2^-5, plus zeros, subnormals and (when
+// non_finite) ±inf and NaN in a few groups; biases of both signs, some -0.
+ops::QuantizedWeight small_scale_weight(int64_t n, int64_t k, int group, bool non_finite) {
+  ops::QuantizedWeight w = test::random_quantized_weight({n, k}, 4, group, DType::kBF16, true);
+  auto* scales = static_cast<uint16_t*>(w.scales.raw_data());
+  auto* biases = static_cast<uint16_t*>(w.biases.raw_data());
+  const std::vector<float> pick = test::random_floats(static_cast<size_t>(w.scales.numel()), 0.0f, 1.0f);
+  for (int64_t i = 0; i < w.scales.numel(); ++i) {
+    const float u = pick[static_cast<size_t>(i)];
+    const uint16_t sign = (i & 1) != 0 ? 0x8000u : 0u;
+    uint16_t magnitude = std::min<uint16_t>(f32_to_bf16(std::ldexp(1.0f + u, -9 + static_cast<int>(u * 4.0f))),
+                                            0x3CFFu);  // 2^-9 .. < 2^-5 (rounding may reach 2^-5: clamped)
+    if (i % 97 == 5) magnitude = 0x3CFFu;  // the largest bf16 below 2^-5
+    if (i % 89 == 7) magnitude = 0x0000u;
+    if (i % 83 == 11) magnitude = 0x0003u;  // subnormal
+    if (non_finite && i % 101 == 13) magnitude = i % 2 == 0 ? 0x7F80u : 0x7FC0u;  // inf or NaN
+    scales[i] = static_cast<uint16_t>(sign | magnitude);
+    if (i % 79 == 3) biases[i] = 0x8000u;  // -0
+  }
+  return w;
 }
 
 // Reference values and tolerances for out = x · wᵀ (x [M, K] f32, w [N, K] f32: the exact weights).
@@ -438,6 +462,50 @@ TEST_F(CudaLinear, QuantizedLinearGeluMatchesItsTwoOps) {
     });
     ASSERT_EQ(std::memcmp(fused.data(), expected.data(), fused.size() * sizeof(float)), 0)
         << "bits " << c.bits << " N=" << c.n << " K=" << c.k << " M=" << c.m;
+  }
+}
+
+// With small scales every 4-bit kernel (batch-1 GEMV with both plans, the generic decode kernel, prefill,
+// the GeGLU input) takes the subnormal dequantization (FormatQ4<bf16, true>): the same bits as without it.
+TEST_F(CudaLinear, QuantizedSmallScalesGiveTheSameBits) {
+  struct Case {
+    int group;
+    int64_t n, k;
+    bool non_finite;
+  };
+  const int64_t ms[] = {1, 2, 3, 8, 17, 33, 64, 130};
+  for (const Case& c : {Case{64, 300, 4096, false}, Case{32, 77, ragged_k(32), false}, Case{128, 16400, 512, false},
+                        Case{64, 2560, 4096, false}, Case{64, 40, 65536, false}, Case{64, 333, 1344, true}}) {
+    const std::string what = "group " + std::to_string(c.group) + " N=" + std::to_string(c.n) +
+                             " K=" + std::to_string(c.k) + (c.non_finite ? " with inf/NaN scales" : "");
+    const ops::QuantizedWeight w = small_scale_weight(c.n, c.k, c.group, c.non_finite);
+    const DeviceQuantizedWeight dw = upload(w);
+    ASSERT_TRUE(dw.view.small_scales) << what;
+    cuda::DeviceQuantized plain = dw.view;
+    plain.small_scales = false;
+    const Tensor x = test::random_tensor({130, c.k});
+    const DeviceBuffer dx = upload_x(x, c.k);
+    for (int64_t m : ms) {
+      const std::vector<float> fast = quantized(dx, c.k, 0, m, dw.view, c.n);
+      const std::vector<float> exact = quantized(dx, c.k, 0, m, plain, c.n);
+      ASSERT_EQ(std::memcmp(fast.data(), exact.data(), fast.size() * sizeof(float)), 0) << what << " M=" << m;
+      if (m == 1 && !c.non_finite) {  // and the values are right (row 0 against the reference)
+        const Reference ref = reference(x.slice(0, 0, 1), test::dequantized(w));
+        expect_within(fast, ref.value, ref.tc_tol, what);
+      }
+    }
+    // The GeGLU input at batch 1 (x as gate, x + 0.5 as up).
+    std::vector<float> host(static_cast<size_t>(2 * c.k));
+    std::memcpy(host.data(), x.data<float>(), static_cast<size_t>(c.k) * sizeof(float));
+    for (int64_t i = 0; i < c.k; ++i) host[static_cast<size_t>(c.k + i)] = host[static_cast<size_t>(i)] + 0.5f;
+    std::vector<std::vector<float>> gelu;
+    for (const cuda::DeviceQuantized& view : {dw.view, plain}) {
+      DeviceBuffer in = cuda::upload_vector(host);
+      gelu.push_back(run(1, c.n, c.n, [&](float* out) {
+        cuda::quantized_linear_gelu(in.as<float>(), 2 * c.k, in.as<float>() + c.k, 2 * c.k, 1, view, out, c.n, *ctx_);
+      }));
+    }
+    ASSERT_EQ(std::memcmp(gelu[0].data(), gelu[1].data(), gelu[0].size() * sizeof(float)), 0) << what << " GeGLU";
   }
 }
 

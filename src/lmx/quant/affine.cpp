@@ -195,6 +195,18 @@ Tensor dequantize_affine(const AffineQuantized& q) {
   return out;
 }
 
+bool finite_magnitudes_below(const Tensor& scales, float limit) {
+  LMX_REQUIRE(InvalidArgument, scale_dtype_ok(scales.dtype()), "finite_magnitudes_below: dtype {} is not F32, BF16 or F16",
+              dtype_name(scales.dtype()));
+  const Tensor t = scales.contiguous();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fabs(load_f32(t, i));
+    if (std::isfinite(v) && !(v < limit)) return false;
+  }
+  return true;
+}
+
 void validate_affine(const Tensor& codes, const Tensor& scales, const Tensor& biases, int bits,
                      int group_size, const std::string& what) {
   LMX_REQUIRE(FormatError, 

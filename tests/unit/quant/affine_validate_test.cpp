@@ -5,6 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
 namespace lmx {
 namespace {
 
@@ -58,6 +63,33 @@ TEST(AffineValidate, DequantizeRejectsInconsistentTriples) {
   auto q = quant::quantize_affine(test::random_tensor({2, 64}), 4, 32, DType::kF32);
   q.group_size = 64;
   EXPECT_THROW(quant::dequantize_affine(q), FormatError);
+}
+
+TEST(AffineScales, FiniteMagnitudesBelowALimit) {
+  const float limit = 0x1p-5f;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float below = std::nextafter(limit, 0.0f);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const auto make = [&](std::vector<float> v) {
+      const auto n = static_cast<int64_t>(v.size());
+      return Tensor::from_vector(v, {n}).to(dtype);
+    };
+    const std::string what(dtype_name(dtype));
+    // The largest bf16 below the limit (exact in every dtype here); f32's own largest is checked below.
+    const float largest = limit * (1.0f - 0x1p-8f);
+    EXPECT_TRUE(quant::finite_magnitudes_below(make({0.0f, -0.0f, 1e-3f, -largest, largest}), limit)) << what;
+    EXPECT_TRUE(quant::finite_magnitudes_below(make({inf, -inf, nan, 1e-3f}), limit)) << what << ": non-finite ignored";
+    EXPECT_FALSE(quant::finite_magnitudes_below(make({1e-3f, limit}), limit)) << what << ": the limit itself";
+    EXPECT_FALSE(quant::finite_magnitudes_below(make({-limit, 1e-3f}), limit)) << what << ": negative";
+    EXPECT_FALSE(quant::finite_magnitudes_below(make({1e-3f, 0.5f, inf}), limit)) << what;
+    EXPECT_TRUE(quant::finite_magnitudes_below(Tensor::zeros({0}, dtype), limit)) << what << ": empty";
+  }
+  EXPECT_TRUE(quant::finite_magnitudes_below(Tensor::from_vector<float>({below, -below}, {2}), limit));
+  // Any shape, any stride.
+  const Tensor grid = Tensor::from_vector<float>({1e-3f, 1e-3f, 0.5f, 1e-3f, 0.25f, 0.5f}, {2, 3});
+  EXPECT_FALSE(quant::finite_magnitudes_below(grid.slice(1, 0, 2), limit));
+  EXPECT_TRUE(quant::finite_magnitudes_below(grid.slice(1, 0, 1), limit));
+  EXPECT_THROW(quant::finite_magnitudes_below(Tensor::zeros({4}, DType::kU32), limit), InvalidArgument);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 #include "lmx/model/cuda/device_weights.h"
 
 #include "lmx/core/error.h"
+#include "lmx/quant/affine.h"
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
@@ -50,6 +52,7 @@ DeviceWeight upload_weight(const Weight& w) {
     d.scales = upload_tensor(q.scales);
     d.biases = upload_tensor(q.biases);
     view_quantized(d, q, q.codes.ndim() == 3 ? q.codes.dim(0) : 1, q.rows());
+    d.packed.small_scales = quant::finite_magnitudes_below(q.scales, cuda::kSmallScaleLimit);
     return d;
   }
   Tensor t = w.dense;
@@ -98,6 +101,9 @@ DeviceWeight upload_stacked(std::initializer_list<const Weight*> parts) {
     d.scales = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.scales; });
     d.biases = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.biases; });
     view_quantized(d, first.quantized, 1, rows);
+    d.packed.small_scales = std::all_of(parts.begin(), parts.end(), [](const Weight* w) {
+      return quant::finite_magnitudes_below(w->quantized.scales, cuda::kSmallScaleLimit);
+    });
   } else {
     d.data = upload_concatenated([](const Weight& w) -> const Tensor& { return w.dense; });
     view_dense(d, first.dense.dtype(), 1, rows, first.dense.dim(1));

@@ -34,7 +34,14 @@ struct DeviceQuantized {
   DType scale_dtype = DType::kBF16;
   int bits = 4, group_size = 64;
   int64_t batch = 1, rows = 0, cols = 0;
+  // Every finite scale is below kSmallScaleLimit in magnitude (the uploader decides it from the host copy:
+  // quant::finite_magnitudes_below). 4-bit codes with bf16 scales then dequantize in fewer instructions to
+  // the same bits; false is always safe.
+  bool small_scales = false;
 };
+
+// The bound on |scale| for DeviceQuantized::small_scales (s · 2^133 must stay finite in bf16).
+constexpr float kSmallScaleLimit = 0x1p-5f;
 
 // out = x · Wᵀ for a dense weight (batch must be 1).
 void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out, int64_t out_stride,

@@ -1,5 +1,5 @@
 // Batch-1 decode kernel for 4-bit weights (WeightFormat::kQ4, M == 1): the hot path of single-sequence
-// decode. It computes exactly what linear_decode_kernel<FormatQ4<Scale>, 1> computes — the same operands
+// decode. It computes exactly what linear_decode_kernel<F, 1> computes (F a FormatQ4) — the same operands
 // into the same mma steps in the same order, the same segment sums added in the same order — so every
 // output is bit-identical to that kernel and to the prefill kernel (linear_tiles.cuh), and the
 // batch-invariance contract holds across all three. What differs is how the bytes arrive:
@@ -99,9 +99,9 @@ __device__ __forceinline__ void cp_async_stream16(uint32_t dst, const void* src)
 
 // x_up is a parameter of its own, not a Problem field (a larger Problem cost registers in an earlier,
 // register-fed version of this kernel).
-template <class Scale, bool kGelu, int kStages, int kTiles>
+template <class F, bool kGelu, int kStages, int kTiles>
 __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Problem p, const float* x_up) {
-  using F = FormatQ4<Scale>;
+  using Scale = typename F::ScaleType;
   constexpr int kRows = 16 * kTiles;
   constexpr int kScaleSize = sizeof(Scale);
   extern __shared__ __align__(128) unsigned char smem[];

@@ -66,6 +66,7 @@ struct Problem {
   const float* x = nullptr;
   int64_t x_stride = 0, m = 0;
   bool x_vec4 = false;          // x and x_stride allow 16-byte loads
+  bool small_scales = false;    // DeviceQuantized::small_scales (4-bit codes with bf16 scales: FormatQ4<.., true>)
   float* out = nullptr;
   int64_t out_stride = 0;
 };
@@ -196,8 +197,11 @@ __device__ __forceinline__ float load_scale_as(const void* base, DType type, int
 
 // 4-bit codes, 16-byte loads: the lane's 16 bytes are columns 32c .. 32c+31; pair P takes nibbles k and
 // k + 4 of word P / 4 (k = P % 4), so pairs come out of one mask: (w >> 4k) & 0x000F000F.
-template <class Scale>
+// kSmallScales (bf16 scales only; the weight's scales are all below kSmallScaleLimit in magnitude, or not
+// finite): the same bits from fewer instructions, see dequant.
+template <class Scale, bool kSmallScales = false>
 struct FormatQ4 {
+  static_assert(!kSmallScales || std::is_same_v<Scale, __nv_bfloat16>, "small-scale dequantization is for bf16 scales");
   static constexpr int kBits = 4, kWords = 4, kLoads = 1, kLoadBytes = 16, kScaleSlots = 1;
   using ScaleType = Scale;
   __host__ __device__ static constexpr int load_word(int c, int l) { return 4 * c; }
@@ -213,7 +217,20 @@ struct FormatQ4 {
                                                      const float (&b)[1]) {
     const uint32_t word = raw[P >> 2];
     const int k = P & 3;
-    if constexpr (std::is_same_v<Scale, __nv_bfloat16>) {
+    if constexpr (kSmallScales) {
+      // The codes as subnormal bf16s. The low byte of a bf16 whose high byte is 0, read as an integer i, is
+      // the value i · 2^-133 (subnormals and the first normal binade share one spacing), so nibble k of
+      // each half, masked in place, is q · 2^-133 (even k, bits 0-3; after the word's one shift by 8 for
+      // k >= 2) or q · 2^-129 (odd k, bits 4-7). Times s · 2^133 (or s · 2^129; exact in f32 and bf16 while
+      // |s| < 2^-5 = kSmallScaleLimit) that is exactly q · s, and the fma rounds q · s + b once: the bits of
+      // the branch below (non-finite s too: v = 0 gives 0 · ±inf = NaN, v > 0 gives ±inf, as q does there),
+      // per pair a LOP3 and one fma instead of a shift, a LOP3 and two fmas.
+      const uint32_t v = (k < 2 ? word : word >> 8) & ((k & 1) != 0 ? 0x00F000F0u : 0x000F000Fu);
+      const float scaled = s[0] * 0x1p66f * ((k & 1) != 0 ? 0x1p63f : 0x1p67f);  // (2^133 overflows f32)
+      const uint32_t s2 = __byte_perm(__float_as_uint(scaled), 0u, 0x3232u);
+      const uint32_t b2 = __byte_perm(__float_as_uint(b[0]), 0u, 0x3232u);
+      return fma_bf16x2(v, s2, b2);
+    } else if constexpr (std::is_same_v<Scale, __nv_bfloat16>) {
       // (128 + q) as bf16 by exponent injection, minus 128 (exact), then one fma (one rounding).
       const uint32_t v = and_or<0x000F000Fu>(word >> (4 * k), 0x43004300u);
       const uint32_t q = fma_bf16x2(v, 0x3F803F80u, 0xC300C300u);
@@ -227,6 +244,10 @@ struct FormatQ4 {
     }
   }
 };
+
+// FormatQ4 without the small-scale path, as a one-parameter template (the dispatch over scale dtypes).
+template <class Scale>
+using FormatQ4AnyScale = FormatQ4<Scale, false>;
 
 // 8-bit codes, 16-byte loads: the lane's loads are columns 16c..16c+15 and 64+16c..64+16c+15 (so a warp's
 // load instruction covers 64 contiguous bytes of each row); pairs in natural order.

@@ -45,7 +45,9 @@ size_t prefill_scratch_bytes(const Problem& p) {
 void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream) {
   switch (p.format) {
     case WeightFormat::kDenseBf16: return prefill<FormatDense>(p, xp, stream);
-    case WeightFormat::kQ4: return prefill_by_scale<FormatQ4>(p, xp, stream);
+    case WeightFormat::kQ4:
+      if (p.small_scales && p.scale_dtype == DType::kBF16) return prefill<FormatQ4<__nv_bfloat16, true>>(p, xp, stream);
+      return prefill_by_scale<FormatQ4AnyScale>(p, xp, stream);
     case WeightFormat::kQ8: return prefill_by_scale<FormatQ8>(p, xp, stream);
     case WeightFormat::kPacked:
       switch (p.bits) {

@@ -23,49 +23,49 @@ void decode_rows(const Problem& p, cudaStream_t stream) {
 
 // q4_gemv_kernel for one plan; the shared-memory opt-in per call (cheap, host-side), so that every device
 // the process uses gets it.
-template <class Scale, bool kGelu, int kStages, int kTiles>
+template <class F, bool kGelu, int kStages, int kTiles>
 void launch_gemv_q4(const Problem& p, const float* x_up, cudaStream_t stream) {
   const dim3 grid(1, static_cast<unsigned>((p.n + 16 * kTiles - 1) / (16 * kTiles)));
   const unsigned threads = 32 * static_cast<unsigned>(p.segments);
   const size_t smem = q4_gemv_smem_bytes(p, kStages, kTiles);
-  auto* kernel = q4_gemv_kernel<Scale, kGelu, kStages, kTiles>;
+  auto* kernel = q4_gemv_kernel<F, kGelu, kStages, kTiles>;
   if (smem > 48 * 1024)
     LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   launch(kernel, grid, threads, smem, stream, p, x_up);
 }
 
-template <class Scale, bool kGelu, int kTiles>
+template <class F, bool kGelu, int kTiles>
 void gemv_q4_staged(const Problem& p, const float* x_up, int stages, cudaStream_t stream) {
   if (stages == 2)
-    launch_gemv_q4<Scale, kGelu, 2, kTiles>(p, x_up, stream);
+    launch_gemv_q4<F, kGelu, 2, kTiles>(p, x_up, stream);
   else
-    launch_gemv_q4<Scale, kGelu, 4, kTiles>(p, x_up, stream);
+    launch_gemv_q4<F, kGelu, 4, kTiles>(p, x_up, stream);
 }
 
-template <class Scale, bool kGelu>
+template <class F, bool kGelu>
 void gemv_q4_planned(const Problem& p, const float* x_up, const Q4GemvPlan& plan, cudaStream_t stream) {
   if (plan.tiles == 1)
-    gemv_q4_staged<Scale, kGelu, 1>(p, x_up, plan.stages, stream);
+    gemv_q4_staged<F, kGelu, 1>(p, x_up, plan.stages, stream);
   else
-    gemv_q4_staged<Scale, kGelu, 2>(p, x_up, plan.stages, stream);
+    gemv_q4_staged<F, kGelu, 2>(p, x_up, plan.stages, stream);
 }
 
 // Batch 1 with 4-bit weights (q4_gemv_applies): q4_gemv_kernel, with the GeGLU input when x_up is set.
-template <class Scale>
+template <class F>
 bool gemv_q4(const Problem& p, const float* x_up, cudaStream_t stream) {
   const Q4GemvPlan plan = q4_gemv_plan(p);
   if (plan.stages == 0) return false;
   if (x_up != nullptr)
-    gemv_q4_planned<Scale, true>(p, x_up, plan, stream);
+    gemv_q4_planned<F, true>(p, x_up, plan, stream);
   else
-    gemv_q4_planned<Scale, false>(p, nullptr, plan, stream);
+    gemv_q4_planned<F, false>(p, nullptr, plan, stream);
   return true;
 }
 
 template <class F>
 void decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr) {
   if constexpr (F::kBits == 4 && F::kLoadBytes == 16) {
-    if (gemv_q4<typename F::ScaleType>(p, x_up, stream)) return;
+    if (gemv_q4<F>(p, x_up, stream)) return;
   }
   LMX_REQUIRE(InvalidArgument, x_up == nullptr, "linear: a GeGLU input needs the batch-1 4-bit kernel");
   if (p.m <= 8)
@@ -119,7 +119,9 @@ void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up) {
               "linear: a GeGLU input needs the batch-1 4-bit kernel");
   switch (p.format) {
     case WeightFormat::kDenseBf16: return decode<FormatDense>(p, stream);
-    case WeightFormat::kQ4: return decode_by_scale<FormatQ4>(p, stream, x_up);
+    case WeightFormat::kQ4:
+      if (p.small_scales && p.scale_dtype == DType::kBF16) return decode<FormatQ4<__nv_bfloat16, true>>(p, stream, x_up);
+      return decode_by_scale<FormatQ4AnyScale>(p, stream, x_up);
     case WeightFormat::kQ8: return decode_by_scale<FormatQ8>(p, stream, nullptr);
     case WeightFormat::kPacked:
       switch (p.bits) {

@@ -10,6 +10,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <string_view>
+
 namespace lmx::cuda {
 
 namespace linear {
@@ -66,6 +69,12 @@ linear::Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, c
   p.weight = w.codes;
   p.scales = w.scales;
   p.biases = w.biases;
+  // LMX_Q4_SMALL_SCALES=0 ignores DeviceQuantized::small_scales (A/B runs; the bits are the same).
+  static const bool small_scales_off = [] {
+    const char* v = std::getenv("LMX_Q4_SMALL_SCALES");
+    return v != nullptr && std::string_view(v) == "0";
+  }();
+  p.small_scales = w.small_scales && !small_scales_off;
   p.n = w.rows;
   p.k = w.cols;
   p.row_words = w.cols * w.bits / 32;
