@@ -407,8 +407,14 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
   float* gate = w.gate.as<float>();
   if (lw.gate_up_proj.defined) {
     // One stacked projection: row r of `gate` holds gate(x) then up(x).
-    linear(lw.gate_up_proj, w.normed.as<float>(), hidden, t, gate, 2 * inter);
-    linear_gelu(lw.down_proj, gate, 2 * inter, gate + inter, 2 * inter, t, ffn, hidden);
+    if (lw.gate_up_proj.quantized) {
+      // The GeGLU formed by the projection (one kernel at batch 1): `gate` holds gelu_tanh(gate) * up.
+      cuda::quantized_linear_geglu(w.normed.as<float>(), hidden, t, lw.gate_up_proj.packed, gate, 2 * inter, ctx_);
+      linear(lw.down_proj, gate, 2 * inter, t, ffn, hidden);
+    } else {
+      linear(lw.gate_up_proj, w.normed.as<float>(), hidden, t, gate, 2 * inter);
+      linear_gelu(lw.down_proj, gate, 2 * inter, gate + inter, 2 * inter, t, ffn, hidden);
+    }
   } else {
     linear(lw.gate_proj, w.normed.as<float>(), hidden, t, gate, inter);
     linear(lw.up_proj, w.normed.as<float>(), hidden, t, w.up.as<float>(), inter);

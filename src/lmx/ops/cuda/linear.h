@@ -58,6 +58,13 @@ void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQ
 void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t m,
                            const DeviceQuantized& w, float* out, int64_t out_stride, CudaContext& ctx);
 
+// The MLP's stacked gate/up projection and its GeGLU: with W = [gate; up] ([2I, K], I = W.rows / 2),
+// out[t, i] = gelu_tanh(gate_i(x[t])) * up_i(x[t]) for i < I — the bits of quantized_linear into out followed
+// by gelu_tanh_mul into its first I columns. out[t, I, 2I) is unspecified afterwards. One kernel at batch 1
+// with 4-bit weights (each block pairs gate rows with the matching up rows), else those two ops.
+void quantized_linear_geglu(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
+                            int64_t out_stride, CudaContext& ctx);
+
 // out[t, :] = dequantized row ids[t] of a quantized [vocab, dim] table, times scale.
 void quantized_embedding(const DeviceQuantized& table, const int32_t* ids, int64_t count, float scale, float* out,
                          int64_t out_stride, cudaStream_t stream);

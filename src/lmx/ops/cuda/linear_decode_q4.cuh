@@ -17,8 +17,12 @@
 //   per block), two for matrices taller than 16384 rows (q4_gemv_plan); weight rows past n read row
 //   n - 1 (valid addresses; never stored);
 // - the ragged last chunk of K, if any, uses the generic predicated register loads;
-// - with kGelu the input is gelu_tanh(x) * x_up, formed while staging (the GeGLU before a down projection:
-//   one kernel instead of two, and the same f32 values the gelu_tanh_mul op writes).
+// - with Q4Io::kGeluInput the input is gelu_tanh(x) * x_up, formed while staging (the GeGLU before a down
+//   projection: one kernel instead of two, and the same f32 values the gelu_tanh_mul op writes);
+// - with Q4Io::kGegluOutput the weight is a stacked [gate; up] projection (2I rows): a block's tile 0 holds
+//   gate rows 16 b .. 16 b + 15 and its tile 1 the up rows I + 16 b .., and the block writes gelu_tanh(gate)
+//   * up for its 16 rows into out[0, I) (the gelu_tanh_mul op's bits on the projection's bits). The GeGLU is
+//   then formed once, not by every block of the down projection that reads it (160 times for E4B).
 // Shared memory: the segment partials ([segments][16 kTiles] f32), then per warp: the weight ring
 // ([kStages][tile][half][lane] 16 bytes), the staged x, the scale and the bias windows
 // ([16 kTiles rows][scale_words] words each); q4_gemv_smem_bytes. The kernel's limits are the
@@ -70,8 +74,8 @@ inline size_t q4_gemv_smem_bytes(const Problem& p, int stages, int tiles) {
 // The plan for this problem (quantized_gemv.cu; stages 0: the kernel does not apply, the generic decode
 // kernel runs, without x_up). The tiles only decide which warp computes which rows, so every plan gives
 // the same bits. LMX_Q4_STAGES=2|4 and LMX_Q4_TILES=1|2 in the environment force a choice, for A/B
-// measurements.
-Q4GemvPlan q4_gemv_plan(const Problem& p);
+// measurements. `geglu` (Q4Io::kGegluOutput): 2 tiles and an even row count, else stages 0.
+Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu = false);
 
 inline bool q4_gemv_applies(const Problem& p) { return q4_gemv_plan(p).stages > 0; }
 
@@ -97,18 +101,30 @@ __device__ __forceinline__ void cp_async_stream16(uint32_t dst, const void* src)
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 
+// What q4_gemv_kernel reads and writes besides x and out = x · Wᵀ (see the comment at the top).
+enum class Q4Io : int { kPlain, kGeluInput, kGegluOutput };
+
 // x_up is a parameter of its own, not a Problem field (a larger Problem cost registers in an earlier,
 // register-fed version of this kernel).
-template <class F, bool kGelu, int kStages, int kTiles>
+template <class F, Q4Io kIo, int kStages, int kTiles>
 __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Problem p, const float* x_up) {
   using Scale = typename F::ScaleType;
+  constexpr bool kGelu = kIo == Q4Io::kGeluInput;
+  constexpr bool kGeglu = kIo == Q4Io::kGegluOutput;
+  static_assert(!kGeglu || kTiles == 2, "the GeGLU output pairs a gate tile with an up tile");
   constexpr int kRows = 16 * kTiles;
   constexpr int kScaleSize = sizeof(Scale);
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int segments = blockDim.x >> 5;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kRows;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * (kGeglu ? 16 : kRows);
+  const int64_t half_n = p.n / 2;  // kGeglu: I
+  // The weight row of block row rr (0 .. kRows - 1), clamped to a valid row (past the end: never stored).
+  auto weight_row = [&](int rr) -> int64_t {
+    if constexpr (kGeglu) return min(row0 + (rr & 15), half_n - 1) + (rr >> 4) * half_n;
+    return min(row0 + rr, p.n - 1);
+  };
   const int chunk_begin = segment_begin(warp, segments, p.chunks);
   const int chunk_end = segment_begin(warp + 1, segments, p.chunks);
   const int main_end = min(chunk_end, static_cast<int>(p.k / kChunk));  // full chunks of this segment
@@ -120,12 +136,12 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
   uint32_t* xs = reinterpret_cast<uint32_t*>(mine + layout.ring_bytes);  // [chunk - chunk_begin][c][16 pairs]
   uint32_t* windows = reinterpret_cast<uint32_t*>(mine + layout.ring_bytes + layout.x_bytes);  // [2][kRows][words]
 
-  // Rows (t, h): tile t, half h → weight row row0 + 16 t + 8 h + g (clamped to n - 1).
+  // Rows (t, h): tile t, half h → block row 16 t + 8 h + g.
   const uint32_t* row_w[kTiles][2];
 #pragma unroll
   for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) row_w[t][h] = p.weight + min(row0 + 16 * t + 8 * h + g, p.n - 1) * p.row_words;
+    for (int h = 0; h < 2; ++h) row_w[t][h] = p.weight + weight_row(16 * t + 8 * h + g) * p.row_words;
 
   // The scale and bias windows: row rr's groups [g0, g1) of this segment, as the aligned words that hold
   // them (bytes past the arrays' ends zero-filled, never read). Lanes walk (row, word) over a power-of-two
@@ -138,7 +154,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
     for (int i = lane; i < (kRows << word_shift); i += 32) {
       const int rr = i >> word_shift, w = i & ((1 << word_shift) - 1);
       if (w >= words) continue;
-      const int64_t row_groups = min(row0 + rr, p.n - 1) * p.groups_per_row;
+      const int64_t row_groups = weight_row(rr) * p.groups_per_row;
       const int64_t byte = (((row_groups + g0) * kScaleSize) & ~int64_t{3}) + 4 * w;
       const int bytes = byte < (row_groups + g1) * kScaleSize ? static_cast<int>(min(int64_t{4}, array_bytes - byte)) : 0;
       const int64_t at = bytes > 0 ? byte : 0;
@@ -156,7 +172,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int rr = 16 * t + 8 * h + g;
-      const int64_t r = min(row0 + rr, p.n - 1);
+      const int64_t r = weight_row(rr);
       window[t][h] = 4 * rr * words + static_cast<int>(((r * p.groups_per_row + g0) * kScaleSize) & 3);
     }
 
@@ -277,7 +293,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t r = min(row0 + 16 * t + 8 * h + g, p.n - 1);
+        const int64_t r = weight_row(16 * t + 8 * h + g);
         load_weight_raw<F>(row_w[t][h] + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, true, tail[t][h]);
         load_slot_scales<F>(p, r, true, j, c, k_left, ts[t][h], tb[t][h]);
       }
@@ -293,12 +309,19 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kRows; i += blockDim.x) {
-    const int64_t row = row0 + i;
-    if (row < p.n) {
-      float v = partial[i];
-      for (int s = 1; s < segments; ++s) v += partial[s * kRows + i];
-      p.out[row] = v;
+  // Block row i's output: its segments' sums added in order (the generic kernel's order).
+  auto row_sum = [&](int i) {
+    float v = partial[i];
+    for (int s = 1; s < segments; ++s) v += partial[s * kRows + i];
+    return v;
+  };
+  if constexpr (kGeglu) {
+    const int64_t row = row0 + threadIdx.x;
+    if (threadIdx.x < 16 && row < half_n) p.out[row] = detail::gelu_tanh_mul(row_sum(threadIdx.x), row_sum(16 + threadIdx.x));
+  } else {
+    for (int i = threadIdx.x; i < kRows; i += blockDim.x) {
+      const int64_t row = row0 + i;
+      if (row < p.n) p.out[row] = row_sum(i);
     }
   }
 }

@@ -23,49 +23,58 @@ void decode_rows(const Problem& p, cudaStream_t stream) {
 
 // q4_gemv_kernel for one plan; the shared-memory opt-in per call (cheap, host-side), so that every device
 // the process uses gets it.
-template <class F, bool kGelu, int kStages, int kTiles>
+template <class F, Q4Io kIo, int kStages, int kTiles>
 void launch_gemv_q4(const Problem& p, const float* x_up, cudaStream_t stream) {
-  const dim3 grid(1, static_cast<unsigned>((p.n + 16 * kTiles - 1) / (16 * kTiles)));
+  const int64_t block_rows = kIo == Q4Io::kGegluOutput ? 16 : 16 * kTiles;  // (GeGLU: 16 gate + 16 up rows)
+  const int64_t rows = kIo == Q4Io::kGegluOutput ? p.n / 2 : p.n;
+  const dim3 grid(1, static_cast<unsigned>((rows + block_rows - 1) / block_rows));
   const unsigned threads = 32 * static_cast<unsigned>(p.segments);
   const size_t smem = q4_gemv_smem_bytes(p, kStages, kTiles);
-  auto* kernel = q4_gemv_kernel<F, kGelu, kStages, kTiles>;
+  auto* kernel = q4_gemv_kernel<F, kIo, kStages, kTiles>;
   if (smem > 48 * 1024)
     LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   launch(kernel, grid, threads, smem, stream, p, x_up);
 }
 
-template <class F, bool kGelu, int kTiles>
+template <class F, Q4Io kIo, int kTiles>
 void gemv_q4_staged(const Problem& p, const float* x_up, int stages, cudaStream_t stream) {
   if (stages == 2)
-    launch_gemv_q4<F, kGelu, 2, kTiles>(p, x_up, stream);
+    launch_gemv_q4<F, kIo, 2, kTiles>(p, x_up, stream);
   else
-    launch_gemv_q4<F, kGelu, 4, kTiles>(p, x_up, stream);
+    launch_gemv_q4<F, kIo, 4, kTiles>(p, x_up, stream);
 }
 
-template <class F, bool kGelu>
+template <class F, Q4Io kIo>
 void gemv_q4_planned(const Problem& p, const float* x_up, const Q4GemvPlan& plan, cudaStream_t stream) {
-  if (plan.tiles == 1)
-    gemv_q4_staged<F, kGelu, 1>(p, x_up, plan.stages, stream);
-  else
-    gemv_q4_staged<F, kGelu, 2>(p, x_up, plan.stages, stream);
+  if constexpr (kIo == Q4Io::kGegluOutput) {
+    gemv_q4_staged<F, kIo, 2>(p, x_up, plan.stages, stream);  // (the plan has 2 tiles)
+  } else {
+    if (plan.tiles == 1)
+      gemv_q4_staged<F, kIo, 1>(p, x_up, plan.stages, stream);
+    else
+      gemv_q4_staged<F, kIo, 2>(p, x_up, plan.stages, stream);
+  }
 }
 
-// Batch 1 with 4-bit weights (q4_gemv_applies): q4_gemv_kernel, with the GeGLU input when x_up is set.
+// Batch 1 with 4-bit weights (q4_gemv_applies): q4_gemv_kernel, with the GeGLU input when x_up is set or
+// the GeGLU output when `geglu`; false (nothing enqueued) when the plan does not apply.
 template <class F>
-bool gemv_q4(const Problem& p, const float* x_up, cudaStream_t stream) {
-  const Q4GemvPlan plan = q4_gemv_plan(p);
+bool gemv_q4(const Problem& p, const float* x_up, bool geglu, cudaStream_t stream) {
+  const Q4GemvPlan plan = q4_gemv_plan(p, geglu);
   if (plan.stages == 0) return false;
-  if (x_up != nullptr)
-    gemv_q4_planned<F, true>(p, x_up, plan, stream);
+  if (geglu)
+    gemv_q4_planned<F, Q4Io::kGegluOutput>(p, nullptr, plan, stream);
+  else if (x_up != nullptr)
+    gemv_q4_planned<F, Q4Io::kGeluInput>(p, x_up, plan, stream);
   else
-    gemv_q4_planned<F, false>(p, nullptr, plan, stream);
+    gemv_q4_planned<F, Q4Io::kPlain>(p, nullptr, plan, stream);
   return true;
 }
 
 template <class F>
 void decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr) {
   if constexpr (F::kBits == 4 && F::kLoadBytes == 16) {
-    if (gemv_q4<F>(p, x_up, stream)) return;
+    if (gemv_q4<F>(p, x_up, false, stream)) return;
   }
   LMX_REQUIRE(InvalidArgument, x_up == nullptr, "linear: a GeGLU input needs the batch-1 4-bit kernel");
   if (p.m <= 8)
@@ -97,7 +106,7 @@ int forced_choice(const char* name, std::initializer_list<int> allowed) {
 
 }  // namespace
 
-Q4GemvPlan q4_gemv_plan(const Problem& p) {
+Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu) {
   static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
   static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
   Q4GemvPlan plan;
@@ -109,9 +118,25 @@ Q4GemvPlan q4_gemv_plan(const Problem& p) {
   // 51 % of read bandwidth at 4 vs 49 % at 2) but lost in the model (E4B decode 327 vs 343 tok/s at 4, 300
   // at 8): their shared memory keeps the next kernel's blocks, launched early (PDL), off the SMs.
   plan.tiles = forced_tiles != 0 ? forced_tiles : p.n > 16384 ? 2 : 1;
+  if (geglu) {  // a gate tile and an up tile per block
+    if (plan.tiles != 2 && forced_tiles != 0) return plan;
+    if (p.n % 2 != 0) return plan;
+    plan.tiles = 2;
+  }
   const int stages = forced_stages != 0 ? forced_stages : 2;
   if (q4_gemv_smem_bytes(p, stages, plan.tiles) <= kGemvMaxSmem) plan.stages = stages;
   return plan;
+}
+
+bool launch_decode_geglu(const Problem& p, cudaStream_t stream) {
+  if (p.format != WeightFormat::kQ4) return false;
+  if (p.small_scales && p.scale_dtype == DType::kBF16)
+    return gemv_q4<FormatQ4<__nv_bfloat16, true>>(p, nullptr, true, stream);
+  switch (p.scale_dtype) {
+    case DType::kBF16: return gemv_q4<FormatQ4AnyScale<__nv_bfloat16>>(p, nullptr, true, stream);
+    case DType::kF16: return gemv_q4<FormatQ4AnyScale<__half>>(p, nullptr, true, stream);
+    default: return gemv_q4<FormatQ4AnyScale<float>>(p, nullptr, true, stream);
+  }
 }
 
 void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up) {

@@ -1,4 +1,4 @@
-// quantized_linear and quantized_linear_gelu (linear.h): argument checks and the choice of weight format;
+// quantized_linear, quantized_linear_gelu and quantized_linear_geglu (linear.h): argument checks and the choice of weight format;
 // the kernels are the tensor-core projections of linear_tiles.cuh (decode: quantized_gemv.cu, prefill:
 // quantized_gemm.cu) and the batch-1 4-bit GEMV (linear_decode_q4.cuh).
 #include "lmx/ops/cuda/cuda_check.h"
@@ -111,6 +111,20 @@ void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, in
   // Two kernels: the product into gate, then the projection.
   gelu_tanh_mul(gate, gate_stride, up, up_stride, gate, gate_stride, m, w.cols, ctx.stream());
   linear::run(p, ctx);
+}
+
+void quantized_linear_geglu(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
+                            int64_t out_stride, CudaContext& ctx) {
+  check_quantized("quantized_linear_geglu", w, x_stride, m, out_stride);
+  LMX_REQUIRE(InvalidArgument, w.rows % 2 == 0,
+              "quantized_linear_geglu: a stacked gate/up weight has an even row count, got {}", w.rows);
+  if (m == 0 || w.rows == 0) return;
+  linear::Problem p = quantized_problem(x, x_stride, m, w, out, out_stride);
+  linear::complete(p);
+  if (linear::launch_decode_geglu(p, ctx.stream())) return;
+  linear::run(p, ctx);
+  const int64_t half = w.rows / 2;
+  gelu_tanh_mul(out, out_stride, out + half, out_stride, out, out_stride, m, half, ctx.stream());
 }
 
 }  // namespace lmx::cuda
