@@ -406,10 +406,10 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
 
   float* gate = w.gate.as<float>();
   if (lw.gate_up_proj.defined) {
-    // One stacked projection: row r of `gate` holds gate(x) then up(x).
-    if (lw.gate_up_proj.quantized) {
-      // The GeGLU formed by the projection (one kernel at batch 1): `gate` holds gelu_tanh(gate) * up.
-      cuda::quantized_linear_geglu(w.normed.as<float>(), hidden, t, lw.gate_up_proj.packed, gate, 2 * inter, ctx_);
+    // One stacked projection: row r of `gate` holds gate(x) then up(x) — or, where the projection forms the
+    // GeGLU itself (batch 1, 4-bit, wide MLPs), gelu_tanh(gate) * up.
+    if (lw.gate_up_proj.quantized &&
+        cuda::quantized_linear_geglu(w.normed.as<float>(), hidden, t, lw.gate_up_proj.packed, gate, ctx_)) {
       linear(lw.down_proj, gate, 2 * inter, t, ffn, hidden);
     } else {
       linear(lw.gate_up_proj, w.normed.as<float>(), hidden, t, gate, 2 * inter);

@@ -852,7 +852,7 @@ __global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p,
 void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr);
 // The stacked [gate; up] projection followed by the GeGLU in one kernel (q4_gemv_kernel, Q4Io::kGegluOutput)
 // when the batch-1 4-bit kernel applies with an even row count: out[0, I) = gelu_tanh(gate) * up, out[I, 2I)
-// unwritten. False (nothing enqueued) otherwise.
+// unwritten. False (nothing enqueued) otherwise. (quantized_linear_geglu adds the size rule.)
 bool launch_decode_geglu(const Problem& p, cudaStream_t stream);
 // Bytes of scratch the prefill path needs for prepared x.
 size_t prefill_scratch_bytes(const Problem& p);

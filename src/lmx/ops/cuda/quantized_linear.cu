@@ -113,18 +113,13 @@ void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, in
   linear::run(p, ctx);
 }
 
-void quantized_linear_geglu(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
-                            int64_t out_stride, CudaContext& ctx) {
-  check_quantized("quantized_linear_geglu", w, x_stride, m, out_stride);
-  LMX_REQUIRE(InvalidArgument, w.rows % 2 == 0,
-              "quantized_linear_geglu: a stacked gate/up weight has an even row count, got {}", w.rows);
-  if (m == 0 || w.rows == 0) return;
-  linear::Problem p = quantized_problem(x, x_stride, m, w, out, out_stride);
+bool quantized_linear_geglu(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
+                            CudaContext& ctx) {
+  check_quantized("quantized_linear_geglu", w, x_stride, m, w.rows);
+  if (m != 1 || w.rows % 2 != 0 || w.rows / 2 < kGegluMinRows) return false;
+  linear::Problem p = quantized_problem(x, x_stride, m, w, out, w.rows);
   linear::complete(p);
-  if (linear::launch_decode_geglu(p, ctx.stream())) return;
-  linear::run(p, ctx);
-  const int64_t half = w.rows / 2;
-  gelu_tanh_mul(out, out_stride, out + half, out_stride, out, out_stride, m, half, ctx.stream());
+  return linear::launch_decode_geglu(p, ctx.stream());
 }
 
 }  // namespace lmx::cuda
