@@ -26,23 +26,44 @@
 // Shared memory: the segment partials ([segments][16 kTiles] f32), then per warp: the weight ring
 // ([kStages][tile][half][lane] 16 bytes), the staged x, the scale and the bias windows
 // ([16 kTiles rows][scale_words] words each); q4_gemv_smem_bytes. The kernel's limits are the
-// number of segments (a block is one warp per segment) and 227 KiB of shared memory per block.
+// number of segments (a block is one warp per segment, or per half of them when the plan splits a row tile
+// over a cluster of two blocks; the segment sums then meet in the first block's partials) and 227 KiB of
+// shared memory per block.
 #pragma once
 
 #include "lmx/ops/cuda/activation_math.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
+#include <cooperative_groups.h>
+
 namespace lmx::cuda::linear {
 
 constexpr int kGemvMaxSmem = 227 * 1024;  // the H100/H200 per-block opt-in limit
 
-// How q4_gemv_kernel runs a problem: the ring depth (chunks in flight per warp) and the 16-row mma tiles
-// per warp (the block's weight rows are 16 * tiles).
+// How q4_gemv_kernel runs a problem: the ring depth (chunks in flight per warp), the 16-row mma tiles per
+// warp (the block's weight rows are 16 * tiles) and the blocks a row tile's segments are split over
+// (`split` = 2: a cluster of two blocks, the second handing its segment sums to the first through
+// distributed shared memory — twice the blocks for matrices of few row tiles, the same sums in the same
+// order).
 struct Q4GemvPlan {
   int stages = 0;  // 0: the kernel does not apply
   int tiles = 2;
+  int split = 1;
 };
+
+// Row blocks of q4_gemv_kernel (grid y): 16 * tiles weight rows each, or 16 gate and 16 up rows (geglu).
+__host__ __device__ inline int64_t q4_gemv_row_blocks(const Problem& p, int tiles, bool geglu) {
+  return geglu ? (p.n / 2 + 15) / 16 : (p.n + 16 * tiles - 1) / (16 * tiles);
+}
+// Row block counts for which the plan splits each row tile over two blocks: between one and two per SM
+// of an H200 (132 SMs), where one wave leaves SMs with one block idle while others run two. Measured
+// (docs/benchmarks.md, seventh pass): E4B's 160-block projections +3.7 % decode; E2B's 96 blocks -0.8 %
+// (not split); 26B-A4B's 176, neutral.
+constexpr int64_t kSplitRowBlocksFrom = 132, kSplitRowBlocksBelow = 264;
+
+// Warps per block of q4_gemv_kernel: the segments of a row tile over `split` blocks.
+__host__ __device__ inline int q4_gemv_warps(const Problem& p, int split) { return (p.segments + split - 1) / split; }
 
 // Per-warp shared-memory layout of q4_gemv_kernel, a function of the problem and its plan.
 struct Q4GemvLayout {
@@ -66,15 +87,15 @@ __host__ __device__ inline Q4GemvLayout q4_gemv_layout(const Problem& p, int sta
   return l;
 }
 
-inline size_t q4_gemv_smem_bytes(const Problem& p, int stages, int tiles) {
+inline size_t q4_gemv_smem_bytes(const Problem& p, int stages, int tiles, int split = 1) {
   return sizeof(float) * static_cast<size_t>(p.segments) * 16 * tiles +
-         static_cast<size_t>(p.segments) * q4_gemv_layout(p, stages, tiles).warp_bytes();
+         static_cast<size_t>(q4_gemv_warps(p, split)) * q4_gemv_layout(p, stages, tiles).warp_bytes();
 }
 
 // The plan for this problem (quantized_gemv.cu; stages 0: the kernel does not apply, the generic decode
 // kernel runs, without x_up). The tiles only decide which warp computes which rows, so every plan gives
-// the same bits. LMX_Q4_STAGES=2|4 and LMX_Q4_TILES=1|2 in the environment force a choice, for A/B
-// measurements. `geglu` (Q4Io::kGegluOutput): 2 tiles and an even row count, else stages 0.
+// the same bits. LMX_Q4_STAGES=2|4, LMX_Q4_TILES=1|2 and LMX_Q4_SPLIT=1|2 in the environment force a
+// choice, for A/B measurements. `geglu` (Q4Io::kGegluOutput): 2 tiles and an even row count, else stages 0.
 Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu = false);
 
 inline bool q4_gemv_applies(const Problem& p) { return q4_gemv_plan(p).stages > 0; }
@@ -117,7 +138,9 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int segments = blockDim.x >> 5;
+  const int segments = p.segments;
+  // Split over a cluster of gridDim.x blocks (1 or 2): block `rank` runs segments rank * warps + warp.
+  const int rank = static_cast<int>(blockIdx.x), segment = rank * static_cast<int>(blockDim.x >> 5) + warp;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * (kGeglu ? 16 : kRows);
   const int64_t half_n = p.n / 2;  // kGeglu: I
   // The weight row of block row rr (0 .. kRows - 1), clamped to a valid row (past the end: never stored).
@@ -125,8 +148,9 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
     if constexpr (kGeglu) return min(row0 + (rr & 15), half_n - 1) + (rr >> 4) * half_n;
     return min(row0 + rr, p.n - 1);
   };
-  const int chunk_begin = segment_begin(warp, segments, p.chunks);
-  const int chunk_end = segment_begin(warp + 1, segments, p.chunks);
+  // (A warp past the last segment, when the split is uneven, has no chunks.)
+  const int chunk_begin = segment < segments ? segment_begin(segment, segments, p.chunks) : p.chunks;
+  const int chunk_end = segment < segments ? segment_begin(segment + 1, segments, p.chunks) : p.chunks;
   const int main_end = min(chunk_end, static_cast<int>(p.k / kChunk));  // full chunks of this segment
   const Q4GemvLayout layout = q4_gemv_layout(p, kStages, kTiles);
   const int words = layout.scale_words;
@@ -300,15 +324,22 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
     multiply(tail, ts, tb, xs + (j - chunk_begin) * 64, acc);
   }
 
-  // Only x row 0 is real: C column 0 lives in lanes c == 0 (rows g and g + 8 of each tile).
-  if (c == 0) {
+  // Only x row 0 is real: C column 0 lives in lanes c == 0 (rows g and g + 8 of each tile). The segment sums
+  // meet in the first block of the cluster.
+  const bool split = gridDim.x > 1;
+  float* sums = split ? cooperative_groups::this_cluster().map_shared_rank(partial, 0) : partial;
+  if (c == 0 && segment < segments) {
 #pragma unroll
     for (int t = 0; t < kTiles; ++t) {
-      partial[warp * kRows + 16 * t + g] = acc[t][0];
-      partial[warp * kRows + 16 * t + g + 8] = acc[t][2];
+      sums[segment * kRows + 16 * t + g] = acc[t][0];
+      sums[segment * kRows + 16 * t + g + 8] = acc[t][2];
     }
   }
-  __syncthreads();
+  if (split)
+    cooperative_groups::this_cluster().sync();  // (also orders the remote stores before the reads below)
+  else
+    __syncthreads();
+  if (rank != 0) return;
   // Block row i's output: its segments' sums added in order (the generic kernel's order).
   auto row_sum = [&](int i) {
     float v = partial[i];

@@ -24,35 +24,33 @@ void decode_rows(const Problem& p, cudaStream_t stream) {
 // q4_gemv_kernel for one plan; the shared-memory opt-in per call (cheap, host-side), so that every device
 // the process uses gets it.
 template <class F, Q4Io kIo, int kStages, int kTiles>
-void launch_gemv_q4(const Problem& p, const float* x_up, cudaStream_t stream) {
-  const int64_t block_rows = kIo == Q4Io::kGegluOutput ? 16 : 16 * kTiles;  // (GeGLU: 16 gate + 16 up rows)
-  const int64_t rows = kIo == Q4Io::kGegluOutput ? p.n / 2 : p.n;
-  const dim3 grid(1, static_cast<unsigned>((rows + block_rows - 1) / block_rows));
-  const unsigned threads = 32 * static_cast<unsigned>(p.segments);
-  const size_t smem = q4_gemv_smem_bytes(p, kStages, kTiles);
+void launch_gemv_q4(const Problem& p, const float* x_up, int split, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(split), static_cast<unsigned>(q4_gemv_row_blocks(p, kTiles, kIo == Q4Io::kGegluOutput)));
+  const unsigned threads = 32 * static_cast<unsigned>(q4_gemv_warps(p, split));
+  const size_t smem = q4_gemv_smem_bytes(p, kStages, kTiles, split);
   auto* kernel = q4_gemv_kernel<F, kIo, kStages, kTiles>;
   if (smem > 48 * 1024)
     LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  launch(kernel, grid, threads, smem, stream, p, x_up);
+  launch_clustered(kernel, grid, threads, smem, stream, static_cast<unsigned>(split), p, x_up);
 }
 
 template <class F, Q4Io kIo, int kTiles>
-void gemv_q4_staged(const Problem& p, const float* x_up, int stages, cudaStream_t stream) {
-  if (stages == 2)
-    launch_gemv_q4<F, kIo, 2, kTiles>(p, x_up, stream);
+void gemv_q4_staged(const Problem& p, const float* x_up, const Q4GemvPlan& plan, cudaStream_t stream) {
+  if (plan.stages == 2)
+    launch_gemv_q4<F, kIo, 2, kTiles>(p, x_up, plan.split, stream);
   else
-    launch_gemv_q4<F, kIo, 4, kTiles>(p, x_up, stream);
+    launch_gemv_q4<F, kIo, 4, kTiles>(p, x_up, plan.split, stream);
 }
 
 template <class F, Q4Io kIo>
 void gemv_q4_planned(const Problem& p, const float* x_up, const Q4GemvPlan& plan, cudaStream_t stream) {
   if constexpr (kIo == Q4Io::kGegluOutput) {
-    gemv_q4_staged<F, kIo, 2>(p, x_up, plan.stages, stream);  // (the plan has 2 tiles)
+    gemv_q4_staged<F, kIo, 2>(p, x_up, plan, stream);  // (the plan has 2 tiles)
   } else {
     if (plan.tiles == 1)
-      gemv_q4_staged<F, kIo, 1>(p, x_up, plan.stages, stream);
+      gemv_q4_staged<F, kIo, 1>(p, x_up, plan, stream);
     else
-      gemv_q4_staged<F, kIo, 2>(p, x_up, plan.stages, stream);
+      gemv_q4_staged<F, kIo, 2>(p, x_up, plan, stream);
   }
 }
 
@@ -109,6 +107,7 @@ int forced_choice(const char* name, std::initializer_list<int> allowed) {
 Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu) {
   static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
   static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
+  static const int forced_split = forced_choice("LMX_Q4_SPLIT", {1, 2});
   Q4GemvPlan plan;
   const auto aligned4 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 3u) == 0; };
   if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !aligned4(p.scales) || !aligned4(p.biases))
@@ -124,7 +123,13 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu) {
     plan.tiles = 2;
   }
   const int stages = forced_stages != 0 ? forced_stages : 2;
-  if (q4_gemv_smem_bytes(p, stages, plan.tiles) <= kGemvMaxSmem) plan.stages = stages;
+  // Matrices of one to two row blocks per SM split each row tile's segments over a cluster of two blocks
+  // (E4B's 2560-row projections: 160 blocks, 1.2 per SM, SMs busy 54 % of the time under ncu).
+  const int64_t blocks = q4_gemv_row_blocks(p, plan.tiles, geglu);
+  const bool uneven_wave = blocks >= kSplitRowBlocksFrom && blocks < kSplitRowBlocksBelow;
+  plan.split = forced_split != 0 ? forced_split : uneven_wave && p.segments >= 4 ? 2 : 1;
+  if (plan.split > p.segments) plan.split = 1;
+  if (q4_gemv_smem_bytes(p, stages, plan.tiles, plan.split) <= kGemvMaxSmem) plan.stages = stages;
   return plan;
 }
 
