@@ -118,8 +118,7 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu) {
   // at 8): their shared memory keeps the next kernel's blocks, launched early (PDL), off the SMs.
   plan.tiles = forced_tiles != 0 ? forced_tiles : p.n > 16384 ? 2 : 1;
   if (geglu) {  // a gate tile and an up tile per block
-    if (plan.tiles != 2 && forced_tiles != 0) return plan;
-    if (p.n % 2 != 0) return plan;
+    if (forced_tiles == 1 || p.n % 2 != 0) return plan;
     plan.tiles = 2;
   }
   const int stages = forced_stages != 0 ? forced_stages : 2;
