@@ -1,8 +1,8 @@
 // Benchmark of the CUDA projections (lmx/ops/cuda/linear.h): quantized_linear (4/8-bit, group 64, bf16
 // scales) and dense_linear (bf16) on LLM-sized matrices for decode and prefill row counts; 4-bit weights
 // twice, the second time ("q4 g64 s") flagged DeviceQuantized::small_scales (the fill's scales are all below
-// kSmallScaleLimit). Prints one table row per case: median time of back-to-back calls (CUDA events), weight bytes read per second and its
-// share of the device's read bandwidth, and TFLOP/s for M >= 64.
+// kSmallScaleLimit). Prints one table row per case: median time of back-to-back calls (CUDA events),
+// weight bytes read per second and its share of the device's read bandwidth, and TFLOP/s for M >= 64.
 //
 // The ceiling: the read bandwidth of a read-only kernel (sum of 16-byte loads over a 4 GiB buffer, the
 // same access width as the kernels). A 2 GiB cudaMemcpy device-to-device is printed too, as (read + write)
@@ -143,43 +143,46 @@ int main(int argc, char** argv) {
         }
       }
       LMX_CUDA_CHECK(cudaDeviceSynchronize());
-      for (int64_t m : ms)
-      for (const bool small : {false, true}) {  // 4-bit: also with DeviceQuantized::small_scales (same data)
-        if (only_m != 0 && m != only_m) continue;
-        if (small && bits != 4) continue;
-        auto call = [&](int i) {
-          const int copy = i % copies;
-          if (bits == 16) {
-            lmx::cuda::DeviceDense w;
-            w.data = codes[copy].data();
-            w.dtype = lmx::DType::kBF16;
-            w.rows = c.n;
-            w.cols = c.k;
-            lmx::cuda::dense_linear(x.as<float>(), c.k, m, w, out.as<float>(), c.n, ctx);
-          } else {
-            lmx::cuda::DeviceQuantized w;
-            w.codes = codes[copy].as<uint32_t>();
-            w.scales = scales[copy].data();
-            w.biases = biases[copy].data();
-            w.scale_dtype = lmx::DType::kBF16;
-            w.bits = bits;
-            w.group_size = group;
-            w.rows = c.n;
-            w.cols = c.k;
-            w.small_scales = small;
-            lmx::cuda::quantized_linear(x.as<float>(), c.k, m, w, out.as<float>(), c.n, ctx);
-          }
-        };
-        call(0);  // scratch growth outside the timed region
-        ctx.synchronize();
-        const int inner = std::max(copies, m >= 512 ? 2 : 20);
-        const double s = median_seconds(stream, 21, inner, call);
-        const double gbs = weight_bytes / s / 1e9;
-        const std::string label = bits == 16 ? "bf16" : fmt::format("q{} g{}{}", bits, group, small ? " s" : "");
-        std::string tflops = "";
-        if (m >= 64) tflops = fmt::format("{:.1f}", 2.0 * m * c.n * c.k / s / 1e12);
-        fmt::print("{:>14} {:>10} {:>5} {:>10.2f} {:>9.0f} {:>6.1f}% {:>9}\n", fmt::format("{}x{}", c.n, c.k), label,
-                   m, s * 1e6, gbs, 100.0 * gbs * 1e9 / read_bw, tflops);
+      for (int64_t m : ms) {
+        // 4-bit weights also with DeviceQuantized::small_scales (the same data).
+        for (const bool small : {false, true}) {
+          if (only_m != 0 && m != only_m) continue;
+          if (small && bits != 4) continue;
+          auto call = [&](int i) {
+            const int copy = i % copies;
+            if (bits == 16) {
+              lmx::cuda::DeviceDense w;
+              w.data = codes[copy].data();
+              w.dtype = lmx::DType::kBF16;
+              w.rows = c.n;
+              w.cols = c.k;
+              lmx::cuda::dense_linear(x.as<float>(), c.k, m, w, out.as<float>(), c.n, ctx);
+            } else {
+              lmx::cuda::DeviceQuantized w;
+              w.codes = codes[copy].as<uint32_t>();
+              w.scales = scales[copy].data();
+              w.biases = biases[copy].data();
+              w.scale_dtype = lmx::DType::kBF16;
+              w.bits = bits;
+              w.group_size = group;
+              w.rows = c.n;
+              w.cols = c.k;
+              w.small_scales = small;
+              lmx::cuda::quantized_linear(x.as<float>(), c.k, m, w, out.as<float>(), c.n, ctx);
+            }
+          };
+          call(0);  // scratch growth outside the timed region
+          ctx.synchronize();
+          const int inner = std::max(copies, m >= 512 ? 2 : 20);
+          const double s = median_seconds(stream, 21, inner, call);
+          const double gbs = weight_bytes / s / 1e9;
+          const std::string label =
+              bits == 16 ? "bf16" : fmt::format("q{} g{}{}", bits, group, small ? " s" : "");
+          std::string tflops = "";
+          if (m >= 64) tflops = fmt::format("{:.1f}", 2.0 * m * c.n * c.k / s / 1e12);
+          fmt::print("{:>14} {:>10} {:>5} {:>10.2f} {:>9.0f} {:>6.1f}% {:>9}\n", fmt::format("{}x{}", c.n, c.k), label,
+                     m, s * 1e6, gbs, 100.0 * gbs * 1e9 / read_bw, tflops);
+        }
       }
     }
   }

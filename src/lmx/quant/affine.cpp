@@ -196,15 +196,22 @@ Tensor dequantize_affine(const AffineQuantized& q) {
 }
 
 bool finite_magnitudes_below(const Tensor& scales, float limit) {
-  LMX_REQUIRE(InvalidArgument, scale_dtype_ok(scales.dtype()), "finite_magnitudes_below: dtype {} is not F32, BF16 or F16",
-              dtype_name(scales.dtype()));
-  const Tensor t = scales.contiguous();
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = std::fabs(load_f32(t, i));
-    if (std::isfinite(v) && !(v < limit)) return false;
+  LMX_REQUIRE(InvalidArgument, scale_dtype_ok(scales.dtype()),
+              "finite_magnitudes_below: dtype {} is not F32, BF16 or F16", dtype_name(scales.dtype()));
+  // (Runs over every scale of a checkpoint at upload: no copy when contiguous, one loop per dtype.)
+  const Tensor t = scales.is_contiguous() ? scales : scales.contiguous();
+  const auto below = [&](auto widen, const auto* data) {
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+      const float v = std::fabs(widen(data[i]));
+      if (std::isfinite(v) && !(v < limit)) return false;
+    }
+    return true;
+  };
+  switch (t.dtype()) {
+    case DType::kBF16: return below(bf16_to_f32, t.data_u16());
+    case DType::kF16: return below(f16_to_f32, t.data_u16());
+    default: return below([](float v) { return v; }, t.data<float>());
   }
-  return true;
 }
 
 void validate_affine(const Tensor& codes, const Tensor& scales, const Tensor& biases, int bits,

@@ -38,6 +38,13 @@ void view_dense(DeviceWeight& d, DType dtype, int64_t batch, int64_t rows, int64
   d.dense.cols = cols;
 }
 
+// DeviceQuantized::small_scales for a weight: decided only where a kernel uses it (4-bit codes, bf16
+// scales), since it reads every scale.
+bool small_scales(const ops::QuantizedWeight& q) {
+  return q.bits == 4 && q.scales.dtype() == DType::kBF16 &&
+         quant::finite_magnitudes_below(q.scales, cuda::kSmallScaleLimit);
+}
+
 cuda::DeviceBuffer upload_tensor(const Tensor& t) {
   const Tensor c = t.contiguous();
   return cuda::DeviceBuffer::upload(c.raw_data(), c.nbytes());
@@ -52,7 +59,7 @@ DeviceWeight upload_weight(const Weight& w) {
     d.scales = upload_tensor(q.scales);
     d.biases = upload_tensor(q.biases);
     view_quantized(d, q, q.codes.ndim() == 3 ? q.codes.dim(0) : 1, q.rows());
-    d.packed.small_scales = quant::finite_magnitudes_below(q.scales, cuda::kSmallScaleLimit);
+    d.packed.small_scales = small_scales(q);
     return d;
   }
   Tensor t = w.dense;
@@ -101,9 +108,8 @@ DeviceWeight upload_stacked(std::initializer_list<const Weight*> parts) {
     d.scales = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.scales; });
     d.biases = upload_concatenated([](const Weight& w) -> const Tensor& { return w.quantized.biases; });
     view_quantized(d, first.quantized, 1, rows);
-    d.packed.small_scales = std::all_of(parts.begin(), parts.end(), [](const Weight* w) {
-      return quant::finite_magnitudes_below(w->quantized.scales, cuda::kSmallScaleLimit);
-    });
+    d.packed.small_scales =
+        std::all_of(parts.begin(), parts.end(), [](const Weight* w) { return small_scales(w->quantized); });
   } else {
     d.data = upload_concatenated([](const Weight& w) -> const Tensor& { return w.dense; });
     view_dense(d, first.dense.dtype(), 1, rows, first.dense.dim(1));

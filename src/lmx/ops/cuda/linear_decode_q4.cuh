@@ -63,7 +63,9 @@ __host__ __device__ inline int64_t q4_gemv_row_blocks(const Problem& p, int tile
 constexpr int64_t kSplitRowBlocksFrom = 132, kSplitRowBlocksBelow = 264;
 
 // Warps per block of q4_gemv_kernel: the segments of a row tile over `split` blocks.
-__host__ __device__ inline int q4_gemv_warps(const Problem& p, int split) { return (p.segments + split - 1) / split; }
+__host__ __device__ inline int q4_gemv_warps(const Problem& p, int split) {
+  return (p.segments + split - 1) / split;
+}
 
 // Per-warp shared-memory layout of q4_gemv_kernel, a function of the problem and its plan.
 struct Q4GemvLayout {
@@ -348,7 +350,8 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
   };
   if constexpr (kGeglu) {
     const int64_t row = row0 + threadIdx.x;
-    if (threadIdx.x < 16 && row < half_n) p.out[row] = detail::gelu_tanh_mul(row_sum(threadIdx.x), row_sum(16 + threadIdx.x));
+    if (threadIdx.x < 16 && row < half_n)
+      p.out[row] = detail::gelu_tanh_mul(row_sum(threadIdx.x), row_sum(16 + threadIdx.x));
   } else {
     for (int i = threadIdx.x; i < kRows; i += blockDim.x) {
       const int64_t row = row0 + i;

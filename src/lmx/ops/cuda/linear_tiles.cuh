@@ -66,7 +66,7 @@ struct Problem {
   const float* x = nullptr;
   int64_t x_stride = 0, m = 0;
   bool x_vec4 = false;          // x and x_stride allow 16-byte loads
-  bool small_scales = false;    // DeviceQuantized::small_scales (4-bit codes with bf16 scales: FormatQ4<.., true>)
+  bool small_scales = false;    // DeviceQuantized::small_scales (bf16-scaled 4-bit codes: FormatQ4<.., true>)
   float* out = nullptr;
   int64_t out_stride = 0;
 };
@@ -201,7 +201,8 @@ __device__ __forceinline__ float load_scale_as(const void* base, DType type, int
 // finite): the same bits from fewer instructions, see dequant.
 template <class Scale, bool kSmallScales = false>
 struct FormatQ4 {
-  static_assert(!kSmallScales || std::is_same_v<Scale, __nv_bfloat16>, "small-scale dequantization is for bf16 scales");
+  static_assert(!kSmallScales || std::is_same_v<Scale, __nv_bfloat16>,
+                "small-scale dequantization is for bf16 scales");
   static constexpr int kBits = 4, kWords = 4, kLoads = 1, kLoadBytes = 16, kScaleSlots = 1;
   using ScaleType = Scale;
   __host__ __device__ static constexpr int load_word(int c, int l) { return 4 * c; }
@@ -248,6 +249,24 @@ struct FormatQ4 {
 // FormatQ4 without the small-scale path, as a one-parameter template (the dispatch over scale dtypes).
 template <class Scale>
 using FormatQ4AnyScale = FormatQ4<Scale, false>;
+
+// Calls fn(Q<Scale>{}) for the problem's scale dtype (bf16, f16, else f32).
+template <template <class> class Q, class Fn>
+decltype(auto) with_scale_type(const Problem& p, Fn&& fn) {
+  switch (p.scale_dtype) {
+    case DType::kBF16: return fn(Q<__nv_bfloat16>{});
+    case DType::kF16: return fn(Q<__half>{});
+    default: return fn(Q<float>{});
+  }
+}
+
+// Calls fn(F{}) with the FormatQ4 a 4-bit problem runs: the small-scale path when Problem::small_scales
+// allows it (bf16 scales), else by scale dtype. The one place that choice is made, for every kernel.
+template <class Fn>
+decltype(auto) with_q4_format(const Problem& p, Fn&& fn) {
+  if (p.small_scales && p.scale_dtype == DType::kBF16) return fn(FormatQ4<__nv_bfloat16, true>{});
+  return with_scale_type<FormatQ4AnyScale>(p, fn);
+}
 
 // 8-bit codes, 16-byte loads: the lane's loads are columns 16c..16c+15 and 64+16c..64+16c+15 (so a warp's
 // load instruction covers 64 contiguous bytes of each row); pairs in natural order.

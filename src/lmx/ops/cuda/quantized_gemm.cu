@@ -27,15 +27,6 @@ void prefill(const Problem& p, uint32_t* xp, cudaStream_t stream) {
     prefill_kernel<F, false>(p, xp, stream);
 }
 
-template <template <class> class Q>
-void prefill_by_scale(const Problem& p, uint32_t* xp, cudaStream_t stream) {
-  switch (p.scale_dtype) {
-    case DType::kBF16: return prefill<Q<__nv_bfloat16>>(p, xp, stream);
-    case DType::kF16: return prefill<Q<__half>>(p, xp, stream);
-    default: return prefill<Q<float>>(p, xp, stream);
-  }
-}
-
 }  // namespace
 
 size_t prefill_scratch_bytes(const Problem& p) {
@@ -45,10 +36,8 @@ size_t prefill_scratch_bytes(const Problem& p) {
 void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream) {
   switch (p.format) {
     case WeightFormat::kDenseBf16: return prefill<FormatDense>(p, xp, stream);
-    case WeightFormat::kQ4:
-      if (p.small_scales && p.scale_dtype == DType::kBF16) return prefill<FormatQ4<__nv_bfloat16, true>>(p, xp, stream);
-      return prefill_by_scale<FormatQ4AnyScale>(p, xp, stream);
-    case WeightFormat::kQ8: return prefill_by_scale<FormatQ8>(p, xp, stream);
+    case WeightFormat::kQ4: return with_q4_format(p, [&](auto f) { prefill<decltype(f)>(p, xp, stream); });
+    case WeightFormat::kQ8: return with_scale_type<FormatQ8>(p, [&](auto f) { prefill<decltype(f)>(p, xp, stream); });
     case WeightFormat::kPacked:
       switch (p.bits) {
         case 2: return prefill<FormatPacked<2>>(p, xp, stream);

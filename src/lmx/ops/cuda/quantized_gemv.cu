@@ -25,7 +25,8 @@ void decode_rows(const Problem& p, cudaStream_t stream) {
 // the process uses gets it.
 template <class F, Q4Io kIo, int kStages, int kTiles>
 void launch_gemv_q4(const Problem& p, const float* x_up, int split, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(split), static_cast<unsigned>(q4_gemv_row_blocks(p, kTiles, kIo == Q4Io::kGegluOutput)));
+  const int64_t row_blocks = q4_gemv_row_blocks(p, kTiles, kIo == Q4Io::kGegluOutput);
+  const dim3 grid(static_cast<unsigned>(split), static_cast<unsigned>(row_blocks));
   const unsigned threads = 32 * static_cast<unsigned>(q4_gemv_warps(p, split));
   const size_t smem = q4_gemv_smem_bytes(p, kStages, kTiles, split);
   auto* kernel = q4_gemv_kernel<F, kIo, kStages, kTiles>;
@@ -83,15 +84,6 @@ void decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr) 
     decode_rows<F, 4>(p, stream);
 }
 
-template <template <class> class Q>
-void decode_by_scale(const Problem& p, cudaStream_t stream, const float* x_up) {
-  switch (p.scale_dtype) {
-    case DType::kBF16: return decode<Q<__nv_bfloat16>>(p, stream, x_up);
-    case DType::kF16: return decode<Q<__half>>(p, stream, x_up);
-    default: return decode<Q<float>>(p, stream, x_up);
-  }
-}
-
 // An A/B override from the environment, read once: one of `allowed`, or 0 when unset.
 int forced_choice(const char* name, std::initializer_list<int> allowed) {
   const char* v = std::getenv(name);
@@ -134,13 +126,7 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu) {
 
 bool launch_decode_geglu(const Problem& p, cudaStream_t stream) {
   if (p.format != WeightFormat::kQ4) return false;
-  if (p.small_scales && p.scale_dtype == DType::kBF16)
-    return gemv_q4<FormatQ4<__nv_bfloat16, true>>(p, nullptr, true, stream);
-  switch (p.scale_dtype) {
-    case DType::kBF16: return gemv_q4<FormatQ4AnyScale<__nv_bfloat16>>(p, nullptr, true, stream);
-    case DType::kF16: return gemv_q4<FormatQ4AnyScale<__half>>(p, nullptr, true, stream);
-    default: return gemv_q4<FormatQ4AnyScale<float>>(p, nullptr, true, stream);
-  }
+  return with_q4_format(p, [&](auto f) { return gemv_q4<decltype(f)>(p, nullptr, true, stream); });
 }
 
 void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up) {
@@ -148,10 +134,8 @@ void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up) {
               "linear: a GeGLU input needs the batch-1 4-bit kernel");
   switch (p.format) {
     case WeightFormat::kDenseBf16: return decode<FormatDense>(p, stream);
-    case WeightFormat::kQ4:
-      if (p.small_scales && p.scale_dtype == DType::kBF16) return decode<FormatQ4<__nv_bfloat16, true>>(p, stream, x_up);
-      return decode_by_scale<FormatQ4AnyScale>(p, stream, x_up);
-    case WeightFormat::kQ8: return decode_by_scale<FormatQ8>(p, stream, nullptr);
+    case WeightFormat::kQ4: return with_q4_format(p, [&](auto f) { decode<decltype(f)>(p, stream, x_up); });
+    case WeightFormat::kQ8: return with_scale_type<FormatQ8>(p, [&](auto f) { decode<decltype(f)>(p, stream); });
     case WeightFormat::kPacked:
       switch (p.bits) {
         case 2: return decode<FormatPacked<2>>(p, stream);

@@ -1,6 +1,6 @@
-// quantized_linear, quantized_linear_gelu and quantized_linear_geglu (linear.h): argument checks and the choice of weight format;
-// the kernels are the tensor-core projections of linear_tiles.cuh (decode: quantized_gemv.cu, prefill:
-// quantized_gemm.cu) and the batch-1 4-bit GEMV (linear_decode_q4.cuh).
+// quantized_linear, quantized_linear_gelu and quantized_linear_geglu (linear.h): argument checks and the
+// choice of weight format; the kernels are the tensor-core projections of linear_tiles.cuh (decode:
+// quantized_gemv.cu, prefill: quantized_gemm.cu) and the batch-1 4-bit GEMV (linear_decode_q4.cuh).
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
