@@ -53,6 +53,7 @@ Stack make_stack(int64_t experts, int64_t rows, int64_t cols, uint32_t seed) {
   s.view.batch = experts;
   s.view.rows = rows;
   s.view.cols = cols;
+  s.view.small_scales = true;  // fill_bf16_kernel's values lie in [2^-9, 2^-5), as the uploader would find
   return s;
 }
 
@@ -69,8 +70,7 @@ int main(int argc, char** argv) {
   }
   lmx::cuda::CudaContext ctx(0);
   const cudaStream_t stream = ctx.stream();
-  const Stack gate = make_stack(experts, inter, hidden, 1), up = make_stack(experts, inter, hidden, 11),
-              down = make_stack(experts, hidden, inter, 21);
+  const Stack gate_up = make_stack(experts, 2 * inter, hidden, 1), down = make_stack(experts, hidden, inter, 21);
   // Bytes of one expert's three matrices: codes, then bf16 scales and biases per 64 columns.
   const double expert_bytes = 3.0 * static_cast<double>(hidden * inter) * (0.5 + 4.0 / 64.0);
   fmt::print("lmx MoE expert dispatch: {} experts, top-{}, hidden {}, width {}, 4-bit g64 ({:.2f} MB per expert)\n\n",
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
       const double t = lmx::bench::median_seconds(stream, 50, 1, [&](int call) {
         const size_t r = static_cast<size_t>(call % kRoutings) * static_cast<size_t>(tokens * top_k);
         lmx::cuda::quantized_moe_experts(x.as<float>(), tokens, d_ids.as<int32_t>() + r, d_weights.as<float>() + r,
-                                         top_k, gate.view, up.view, down.view, out.as<float>(), ctx,
+                                         top_k, gate_up.view, down.view, out.as<float>(), ctx,
                                          with_norms ? &norms : nullptr);
       });
       fmt::print("T {:>2}  {:<28} {:>8.1f} us  {:>7.1f} GB/s of {:.1f} distinct experts' weights\n", tokens,

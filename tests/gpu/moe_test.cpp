@@ -1,8 +1,11 @@
 // GPU tests for the CUDA MoE ops (ops/cuda/linear.h): moe_route against ops::moe_route (experts exact,
-// weights to 1e-6), quantized_moe_experts against ops::quantized_moe_experts and dense_moe_experts
-// against ops::moe_experts (f32 tolerance from K and the output's scale: the reduction orders differ),
-// and batch invariance (a token's output bit-identical alone and inside larger calls, whichever kernel
-// variant — ungrouped decode or grouped prefill — each call picks).
+// weights to 1e-6); quantized_moe_experts (tensor cores) against a double reference of its numerics with an
+// elementwise error bound (tensor_core_reference); dense_moe_experts (CUDA cores, f32) against
+// ops::moe_experts (f32 tolerance from K and the output's scale: the reduction orders differ); and batch
+// invariance (a token's output bit-identical alone and inside larger calls, whichever kernel variant —
+// ungrouped decode or grouped prefill — each call picks).
+#include "lmx/core/half.h"
+#include "lmx/model/gemma4_weights.h"
 #include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -223,11 +226,24 @@ ops::QuantizedWeight quantized_stack(int64_t e, int64_t n, int64_t k, int bits, 
   return w;
 }
 
+// The experts on the host (MLX's separate gate and up stacks, for the references) and on the device (gate
+// and up joined expert by expert, as the CUDA model uploads them).
 struct QuantizedMoe {
   ops::QuantizedWeight gate, up, down;
-  DeviceQuantizedStack d_gate, d_up, d_down;
+  DeviceQuantizedStack d_gate_up, d_down;
   int64_t hidden() const { return gate.cols(); }
   int64_t inter() const { return gate.rows(); }
+  // The device copies; the codes `misalign` bytes past a 16-byte boundary (upload_quantized).
+  void upload(size_t gate_up_misalign = 0, size_t down_misalign = 0) {
+    ops::QuantizedWeight joined;
+    joined.codes = join_expert_rows(gate.codes, up.codes, "test gate/up codes");
+    joined.scales = join_expert_rows(gate.scales, up.scales, "test gate/up scales");
+    joined.biases = join_expert_rows(gate.biases, up.biases, "test gate/up biases");
+    joined.bits = gate.bits;
+    joined.group_size = gate.group_size;
+    d_gate_up = upload_quantized(joined, gate_up_misalign);
+    d_down = upload_quantized(down, down_misalign);
+  }
 };
 
 Tensor run_quantized(const QuantizedMoe& m, const Tensor& x, const Routing& r, CudaContext& ctx) {
@@ -236,15 +252,123 @@ Tensor run_quantized(const QuantizedMoe& m, const Tensor& x, const Routing& r, C
   const DeviceBuffer d_x = upload(x), d_experts = upload(r.experts), d_weights = upload(r.weights);
   DeviceBuffer d_out(sizeof(float) * static_cast<size_t>(std::max<int64_t>(1, tokens * hidden)));
   cuda::quantized_moe_experts(d_x.as<float>(), tokens, d_experts.as<int32_t>(), d_weights.as<float>(), top_k,
-                              m.d_gate.view, m.d_up.view, m.d_down.view, d_out.as<float>(), ctx);
+                              m.d_gate_up.view, m.d_down.view, d_out.as<float>(), ctx);
   ctx.synchronize();
   return download_f32(d_out, {tokens, hidden});
 }
 
-Tensor cpu_quantized(const QuantizedMoe& m, const Tensor& x, const Routing& r) {
-  Tensor out;
-  ops::quantized_moe_experts(x, r.experts, r.weights, m.gate, m.up, m.down, out);
+// ---- The tensor-core reference ----------------------------------------------------------------------
+//
+// The quantized experts run on tensor cores: each projection is Σ bf16(x)·bf16(w) with f32 accumulation
+// (linear_tiles.cuh), gate/up from bf16(x), down from bf16(gelu_tanh(gate)·up) of the f32 gate/up values,
+// then the f32 combine. The reference follows that chain in double and carries an elementwise bound on the
+// GPU's distance from it through every stage:
+//   projection  (K/16 + 4)·2^-19·Σ|x̃w̃| + 2^-6·max|x̃w̃|   (linear_test.cpp's tensor-core bound; x̃, w̃ in bf16)
+//   GeGLU       |Δh| ≤ 1.2·|Δg|·(|u| + |Δu|) + |gelu(g)|·|Δu| + 2^-20·|h|   (|gelu'| < 1.2)
+//   down input  + 2^-8·(|h| + |Δh|)   (the GPU rounds its h, not the reference's, to bf16)
+//   down        Σ_i |Δh̃_i|·|w̃_i| + the projection bound
+//   combine     Σ_j |weight_j|·Δ_j + top_k·2^-22·Σ_j |weight_j·y_j|
+struct MoeReference {
+  std::vector<double> value, tol;  // [tokens, hidden]
+};
+
+double round_bf16(double v) { return bf16_to_f32(f32_to_bf16(static_cast<float>(v))); }
+
+double gelu_tanh(double g) {
+  const double a = std::sqrt(2.0 / 3.14159265358979323846);
+  return 0.5 * g * (1.0 + std::tanh(a * (g + 0.044715 * g * g * g)));
+}
+
+// Expert e of a stack as bf16-rounded f32 weights [rows, cols] (what the tensor cores multiply).
+std::vector<double> expert_weights(const ops::QuantizedWeight& w, int64_t e) {
+  quant::AffineQuantized q;
+  q.codes = w.codes.slice(0, e, e + 1).contiguous();
+  q.scales = w.scales.slice(0, e, e + 1).contiguous();
+  q.biases = w.biases.slice(0, e, e + 1).contiguous();
+  q.bits = w.bits;
+  q.group_size = w.group_size;
+  const Tensor f = quant::dequantize_affine(q);
+  std::vector<double> out(static_cast<size_t>(f.numel()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = round_bf16(f.data<float>()[i]);
   return out;
+}
+
+// y = W v for one expert row block, with the projection bound: y[n] = Σ_k v[k]·W[n, k] (v already bf16).
+void project(const std::vector<double>& w, const std::vector<double>& v, int64_t rows,
+             std::vector<double>& y, std::vector<double>& tol) {
+  const int64_t k = static_cast<int64_t>(v.size());
+  y.assign(static_cast<size_t>(rows), 0.0);
+  tol.assign(static_cast<size_t>(rows), 0.0);
+  for (int64_t n = 0; n < rows; ++n) {
+    double sum = 0, sum_abs = 0, max_abs = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const double p = v[static_cast<size_t>(i)] * w[static_cast<size_t>(n * k + i)];
+      sum += p, sum_abs += std::fabs(p), max_abs = std::max(max_abs, std::fabs(p));
+    }
+    y[static_cast<size_t>(n)] = sum;
+    tol[static_cast<size_t>(n)] =
+        (static_cast<double>(k) / 16 + 4) * std::ldexp(sum_abs, -19) + std::ldexp(max_abs, -6) + 1e-30;
+  }
+}
+
+MoeReference tensor_core_reference(const QuantizedMoe& m, const Tensor& x, const Routing& r) {
+  const int64_t tokens = x.dim(0), hidden = m.hidden(), inter = m.inter();
+  const int64_t top_k = r.experts.dim(1), num_experts = m.gate.codes.dim(0);
+  struct Expert {
+    std::vector<double> gate, up, down;
+  };
+  std::vector<std::unique_ptr<Expert>> experts(static_cast<size_t>(num_experts));
+  MoeReference ref;
+  ref.value.assign(static_cast<size_t>(tokens * hidden), 0.0);
+  ref.tol.assign(static_cast<size_t>(tokens * hidden), 0.0);
+  std::vector<double> xb(static_cast<size_t>(hidden)), hb(static_cast<size_t>(inter)), g, gt, u, ut, y, yt;
+  std::vector<double> h_tol(static_cast<size_t>(inter));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < hidden; ++i) xb[static_cast<size_t>(i)] = round_bf16(x.data<float>()[t * hidden + i]);
+    std::vector<double> sum_abs(static_cast<size_t>(hidden), 0.0);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t e = r.experts.data<int32_t>()[t * top_k + j];
+      const double weight = r.weights.data<float>()[t * top_k + j];
+      if (e < 0 || e >= num_experts) continue;
+      auto& ex = experts[static_cast<size_t>(e)];
+      if (!ex) ex.reset(new Expert{expert_weights(m.gate, e), expert_weights(m.up, e), expert_weights(m.down, e)});
+      project(ex->gate, xb, inter, g, gt);
+      project(ex->up, xb, inter, u, ut);
+      for (int64_t i = 0; i < inter; ++i) {
+        const size_t s = static_cast<size_t>(i);
+        const double h = gelu_tanh(g[s]) * u[s];
+        const double dh = 1.2 * gt[s] * (std::fabs(u[s]) + ut[s]) + std::fabs(gelu_tanh(g[s])) * ut[s] +
+                          std::ldexp(std::fabs(h), -20);
+        hb[s] = h;
+        h_tol[s] = dh + std::ldexp(std::fabs(h) + dh, -8);
+      }
+      project(ex->down, hb, hidden, y, yt);
+      for (int64_t n = 0; n < hidden; ++n) {
+        const size_t s = static_cast<size_t>(n), o = static_cast<size_t>(t * hidden + n);
+        double carried = 0;
+        for (int64_t i = 0; i < inter; ++i)
+          carried += h_tol[static_cast<size_t>(i)] * std::fabs(ex->down[static_cast<size_t>(n * inter + i)]);
+        ref.value[o] += weight * y[s];
+        ref.tol[o] += std::fabs(weight) * (yt[s] + carried);
+        sum_abs[s] += std::fabs(weight * y[s]);
+      }
+    }
+    for (int64_t n = 0; n < hidden; ++n)
+      ref.tol[static_cast<size_t>(t * hidden + n)] +=
+          static_cast<double>(top_k) * std::ldexp(sum_abs[static_cast<size_t>(n)], -22);
+  }
+  return ref;
+}
+
+void expect_close_to_reference(const Tensor& got, const MoeReference& want, const std::string& what) {
+  ASSERT_EQ(static_cast<size_t>(got.numel()), want.value.size()) << what;
+  int failures = 0;
+  for (size_t i = 0; i < want.value.size(); ++i) {
+    const double diff = std::fabs(static_cast<double>(got.data<float>()[i]) - want.value[i]);
+    if (!(diff <= want.tol[i]) && failures++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " = " << got.data<float>()[i] << ", expected " << want.value[i]
+                    << " ± " << want.tol[i];
+  }
 }
 
 // Token rows [t0, t0 + 1) of a GPU call over x alone must be the bits of the same rows inside `all`.
@@ -265,7 +389,7 @@ void expect_token_invariant(const Tensor& x, const Routing& r, const Tensor& all
 
 // ---- Quantized experts ---------------------------------------------------------------------------------
 
-TEST_F(CudaMoeTest, QuantizedExpertsMatchCpu) {
+TEST_F(CudaMoeTest, QuantizedExpertsMatchTheReference) {
   struct Case {
     int64_t tokens, hidden, inter;
     int experts, top_k;
@@ -274,22 +398,24 @@ TEST_F(CudaMoeTest, QuantizedExpertsMatchCpu) {
     bool repeats;
   };
   const Case cases[] = {
-      // Fast 4-bit path (gate and up fused), each dispatch variant: T ≤ 4 ungrouped, then grouped M = 4 / 8.
+      // 4-bit (gate and up fused), each dispatch variant: T ≤ 4 ungrouped, then grouped chunks of 8 / 32.
       {1, 64, 32, 4, 1, 4, 4, 4, 32, DType::kBF16, false},
       {2, 128, 64, 4, 2, 4, 4, 4, 64, DType::kBF16, true},
       {5, 128, 64, 4, 2, 4, 4, 4, 64, DType::kF16, true},
       {64, 128, 96, 16, 2, 4, 4, 4, 32, DType::kBF16, true},
       {64, 256, 64, 128, 8, 4, 4, 4, 64, DType::kBF16, false},
-      {64, 2048, 128, 16, 8, 4, 4, 4, 128, DType::kF32, false},  // LANES 32 over H, 8 over I; slabs
-      // 8-bit and 3-bit paths, and mixed formats (gate and up launched separately).
+      {64, 2048, 128, 16, 8, 4, 4, 4, 128, DType::kF32, false},  // several segments over H
+      // 8-bit and 3-bit formats, and the down projection in another format (then every projection runs
+      // the grouped kernel's format dispatch, also at T ≤ 4).
       {1, 128, 64, 16, 2, 8, 8, 8, 64, DType::kBF16, false},
       {5, 128, 64, 4, 2, 8, 8, 8, 32, DType::kF32, true},
       {64, 128, 64, 16, 8, 8, 8, 8, 64, DType::kBF16, false},
       {1, 96, 64, 4, 2, 3, 3, 3, 32, DType::kBF16, false},
       {5, 96, 64, 4, 2, 3, 3, 3, 32, DType::kF16, true},
       {64, 192, 96, 16, 8, 3, 3, 3, 32, DType::kBF16, false},
-      {5, 128, 64, 16, 2, 4, 8, 3, 32, DType::kBF16, true},
-      {64, 128, 128, 4, 2, 6, 2, 5, 64, DType::kF16, true},
+      {5, 128, 64, 16, 2, 8, 8, 3, 32, DType::kBF16, true},
+      {64, 128, 128, 4, 2, 6, 6, 5, 64, DType::kF16, true},
+      {3, 128, 64, 4, 2, 2, 2, 4, 32, DType::kBF16, true},
       // Several passes (T·k > 4096 pairs).
       {600, 64, 32, 16, 8, 4, 4, 4, 32, DType::kBF16, false},
   };
@@ -301,13 +427,11 @@ TEST_F(CudaMoeTest, QuantizedExpertsMatchCpu) {
     m.gate = quantized_stack(c.experts, c.inter, c.hidden, c.gate_bits, c.group, c.scale_dtype);
     m.up = quantized_stack(c.experts, c.inter, c.hidden, c.up_bits, c.group, c.scale_dtype);
     m.down = quantized_stack(c.experts, c.hidden, c.inter, c.down_bits, c.group, c.scale_dtype);
-    m.d_gate = upload_quantized(m.gate);
-    m.d_up = upload_quantized(m.up);
-    m.d_down = upload_quantized(m.down);
+    m.upload();
     const Tensor x = test::random_tensor({c.tokens, c.hidden});
     const Routing r = make_routing(c.tokens, c.experts, c.top_k, c.repeats);
     const Tensor got = run_quantized(m, x, r, ctx());
-    expect_close_to_cpu(got, cpu_quantized(m, x, r), c.hidden + c.inter, what);
+    expect_close_to_reference(got, tensor_core_reference(m, x, r), what);
     if (c.tokens > 1)
       expect_token_invariant(
           x, r, got, [&](const Tensor& xs, const Routing& rs) { return run_quantized(m, xs, rs, ctx()); },
@@ -315,51 +439,60 @@ TEST_F(CudaMoeTest, QuantizedExpertsMatchCpu) {
   }
 }
 
-TEST_F(CudaMoeTest, QuantizedUnalignedCodesGiveTheSameBits) {
-  // 4- and 8-bit codes 4 bytes past a 16-byte boundary take the word-by-word kernels, whose values
-  // must be the vector path's bits (same chunking and order).
+TEST_F(CudaMoeTest, QuantizedUnalignedCodesTakeThePackedPath) {
+  // 4- and 8-bit codes 4 bytes past a 16-byte boundary take the word-by-word format (FormatPacked), which
+  // orders a chunk's columns differently from the vector formats: both must match the reference, and each
+  // be batch-invariant.
   for (int bits : {4, 8}) {
     QuantizedMoe aligned, unaligned;
     aligned.gate = unaligned.gate = quantized_stack(8, 64, 256, bits, 64, DType::kBF16);
     aligned.up = unaligned.up = quantized_stack(8, 64, 256, bits, 64, DType::kBF16);
     aligned.down = unaligned.down = quantized_stack(8, 256, 64, bits, 64, DType::kBF16);
-    aligned.d_gate = upload_quantized(aligned.gate);
-    aligned.d_up = upload_quantized(aligned.up);
-    aligned.d_down = upload_quantized(aligned.down);
-    unaligned.d_gate = upload_quantized(unaligned.gate, 4);
-    unaligned.d_up = upload_quantized(unaligned.up, 4);
-    unaligned.d_down = upload_quantized(unaligned.down, 12);
+    aligned.upload();
+    unaligned.upload(4, 12);
     for (int64_t tokens : {1, 5, 64}) {
+      const std::string what = fmt::format("{} bits, T={}", bits, tokens);
       const Tensor x = test::random_tensor({tokens, 256});
       const Routing r = make_routing(tokens, 8, 2, false);
+      const MoeReference want = tensor_core_reference(aligned, x, r);
       const Tensor a = run_quantized(aligned, x, r, ctx()), u = run_quantized(unaligned, x, r, ctx());
-      EXPECT_TRUE(bits_equal(a.data<float>(), u.data<float>(), a.numel())) << bits << " bits, T=" << tokens;
+      expect_close_to_reference(a, want, what + " aligned");
+      expect_close_to_reference(u, want, what + " unaligned");
+      if (tokens > 1)
+        expect_token_invariant(
+            x, r, u, [&](const Tensor& xs, const Routing& rs) { return run_quantized(unaligned, xs, rs, ctx()); },
+            what + " unaligned");
     }
   }
 }
 
 TEST_F(CudaMoeTest, QuantizedGemmaShapes) {
-  // Gemma 4 26B-A4B experts: E=128, k=8, H=2816, I=704, 4-bit group 64 with bf16 scales.
-  constexpr int64_t kHidden = 2816, kInter = 704;
+  // Gemma 4 26B-A4B experts: E=128, k=8, H=2816, I=704, 4-bit group 64 with bf16 scales (small enough for
+  // the small-scale dequantization when the stacks say so: both settings give the same bits). T=80 runs
+  // the grouped kernel with chunks of 32 pairs; tokens alone run the ungrouped (decode) kernel.
+  constexpr int64_t kHidden = 2816, kInter = 704, kTokens = 80;
   constexpr int kExperts = 128, kTopK = 8;
   QuantizedMoe m;
   m.gate = test::random_expert_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
   m.up = test::random_expert_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
   m.down = test::random_expert_stack(kExperts, kHidden, kInter, 4, 64, DType::kBF16);
-  m.d_gate = upload_quantized(m.gate);
-  m.d_up = upload_quantized(m.up);
-  m.d_down = upload_quantized(m.down);
-  const Tensor x = test::random_tensor({64, kHidden}, DType::kF32, -0.2f, 0.2f);
-  const Routing r = make_routing(64, kExperts, kTopK, false);
+  for (ops::QuantizedWeight* w : {&m.gate, &m.up, &m.down}) {  // scales within the small-scale range
+    w->scales = test::random_tensor(w->scales.shape(), DType::kBF16, -1.0f / 64, 1.0f / 64);
+    ASSERT_TRUE(quant::finite_magnitudes_below(w->scales, cuda::kSmallScaleLimit));
+  }
+  m.upload();
+  const Tensor x = test::random_tensor({kTokens, kHidden}, DType::kF32, -0.2f, 0.2f);
+  const Routing r = make_routing(kTokens, kExperts, kTopK, false);
   const Tensor all = run_quantized(m, x, r, ctx());
-  expect_close_to_cpu(all, cpu_quantized(m, x, r), kHidden + kInter, "gemma T=64");
-  const Tensor one = run_quantized(m, x.slice(0, 0, 1).contiguous(), slice_routing(r, 0, 1), ctx());
-  expect_close_to_cpu(one, cpu_quantized(m, x.slice(0, 0, 1).contiguous(), slice_routing(r, 0, 1)),
-                      kHidden + kInter, "gemma T=1");
-  EXPECT_TRUE(bits_equal(one.data<float>(), all.data<float>(), kHidden)) << "token 0 alone vs T=64";
+  const Tensor head = x.slice(0, 0, 4).contiguous();
+  const Routing head_r = slice_routing(r, 0, 4);
+  expect_close_to_reference(all.slice(0, 0, 4).contiguous(), tensor_core_reference(m, head, head_r), "gemma");
   expect_token_invariant(
       x, r, all, [&](const Tensor& xs, const Routing& rs) { return run_quantized(m, xs, rs, ctx()); },
       "gemma");
+  for (auto* d : {&m.d_gate_up.view, &m.d_down.view}) d->small_scales = true;
+  EXPECT_TRUE(bits_equal(run_quantized(m, x, r, ctx()).data<float>(), all.data<float>(), all.numel()))
+      << "small-scale dequantization changed bits";
 }
 
 TEST_F(CudaMoeTest, QuantizedRejectsBadArguments) {
@@ -367,24 +500,24 @@ TEST_F(CudaMoeTest, QuantizedRejectsBadArguments) {
   m.gate = quantized_stack(4, 32, 64, 4, 32, DType::kBF16);
   m.up = quantized_stack(4, 32, 64, 4, 32, DType::kBF16);
   m.down = quantized_stack(4, 64, 32, 4, 32, DType::kBF16);
-  m.d_gate = upload_quantized(m.gate);
-  m.d_up = upload_quantized(m.up);
-  m.d_down = upload_quantized(m.down);
+  m.upload();
   DeviceBuffer buffer(1 << 16);
-  auto call = [&](const cuda::DeviceQuantized& gate, const cuda::DeviceQuantized& up,
-                  const cuda::DeviceQuantized& down) {
-    cuda::quantized_moe_experts(buffer.as<float>(), 1, buffer.as<int32_t>(), buffer.as<float>(), 2, gate, up,
-                                down, buffer.as<float>(), ctx());
+  auto call = [&](const cuda::DeviceQuantized& gate_up, const cuda::DeviceQuantized& down) {
+    cuda::quantized_moe_experts(buffer.as<float>(), 1, buffer.as<int32_t>(), buffer.as<float>(), 2, gate_up, down,
+                                buffer.as<float>(), ctx());
   };
   cuda::DeviceQuantized bad = m.d_down.view;
   bad.cols = 64;  // I mismatch
-  EXPECT_THROW(call(m.d_gate.view, m.d_up.view, bad), InvalidArgument);
-  bad = m.d_up.view;
+  EXPECT_THROW(call(m.d_gate_up.view, bad), InvalidArgument);
+  bad = m.d_down.view;
   bad.batch = 3;  // E mismatch
-  EXPECT_THROW(call(m.d_gate.view, bad, m.d_down.view), InvalidArgument);
-  bad = m.d_gate.view;
+  EXPECT_THROW(call(m.d_gate_up.view, bad), InvalidArgument);
+  bad = m.d_gate_up.view;
+  bad.rows = 63;  // not [E, 2I, H]
+  EXPECT_THROW(call(bad, m.d_down.view), InvalidArgument);
+  bad = m.d_gate_up.view;
   bad.bits = 7;
-  EXPECT_THROW(call(bad, m.d_up.view, m.d_down.view), InvalidArgument);
+  EXPECT_THROW(call(bad, m.d_down.view), InvalidArgument);
 }
 
 // ---- Dense experts -------------------------------------------------------------------------------------
@@ -540,9 +673,7 @@ TEST_F(CudaMoeTest, ExpertOutputNormsGiveTheBitsOfTheUnfusedOps) {
       q.gate = quantized_stack(c.experts, c.inter, c.hidden, 4, 32, DType::kBF16);
       q.up = quantized_stack(c.experts, c.inter, c.hidden, 4, 32, DType::kBF16);
       q.down = quantized_stack(c.experts, c.hidden, c.inter, 4, 32, DType::kBF16);
-      q.d_gate = upload_quantized(q.gate);
-      q.d_up = upload_quantized(q.up);
-      q.d_down = upload_quantized(q.down);
+      q.upload();
     }
     const Tensor x = test::random_tensor({c.tokens, c.hidden});
     const Routing r = make_routing(c.tokens, c.experts, c.top_k, true);
@@ -564,7 +695,7 @@ TEST_F(CudaMoeTest, ExpertOutputNormsGiveTheBitsOfTheUnfusedOps) {
                                 d.v_gate_up, d.v_down, o, ctx(), norms);
       else
         cuda::quantized_moe_experts(d_x.as<float>(), c.tokens, d_experts.as<int32_t>(), d_weights.as<float>(),
-                                    c.top_k, q.d_gate.view, q.d_up.view, q.d_down.view, o, ctx(), norms);
+                                    c.top_k, q.d_gate_up.view, q.d_down.view, o, ctx(), norms);
     };
     cuda::MoeOutputNorms norms;
     norms.dense_out = dense_rows;

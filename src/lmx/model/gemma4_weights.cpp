@@ -81,21 +81,6 @@ float scalar_value(const Tensor& t, const std::string& name) {
   return t.item_f32(0);
 }
 
-// MLX stores dense experts as separate gate and up stacks; joins them into the HF [E, 2I, H] layout.
-Tensor join_gate_up(const Tensor& gate, const Tensor& up, const std::string& what) {
-  if (gate.dtype() != up.dtype()) throw FormatError(fmt::format("{}: expert gate and up differ in dtype", what));
-  const int64_t experts = gate.dim(0);
-  Tensor joined = Tensor::zeros({experts, 2 * gate.dim(1), gate.dim(2)}, gate.dtype());
-  const size_t half = static_cast<size_t>(gate.dim(1) * gate.dim(2)) * dtype_size(gate.dtype());
-  auto* dst = static_cast<std::byte*>(joined.raw_data());
-  Tensor gc = gate.contiguous(), uc = up.contiguous();
-  for (int64_t e = 0; e < experts; ++e) {
-    std::memcpy(dst + 2 * e * half, static_cast<const std::byte*>(gc.raw_data()) + e * half, half);
-    std::memcpy(dst + (2 * e + 1) * half, static_cast<const std::byte*>(uc.raw_data()) + e * half, half);
-  }
-  return joined;
-}
-
 void bind_experts(const Binder& b, const std::string& l, const Gemma4Config& c, Gemma4LayerWeights& lw,
                   const std::string& dir) {
   const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
@@ -114,11 +99,30 @@ void bind_experts(const Binder& b, const std::string& l, const Gemma4Config& c, 
     lw.experts_gate = std::move(gate);
     lw.experts_up = std::move(up);
   } else {
-    lw.experts_gate_up.dense = join_gate_up(gate.dense, up.dense, dir + ": " + glu);
+    lw.experts_gate_up.dense = join_expert_rows(gate.dense, up.dense, dir + ": " + glu);
   }
 }
 
 }  // namespace
+
+Tensor join_expert_rows(const Tensor& a, const Tensor& b, const std::string& what) {
+  if (a.dtype() != b.dtype()) throw FormatError(fmt::format("{}: expert stacks differ in dtype", what));
+  if (a.ndim() != 3 || b.ndim() != 3 || a.dim(0) != b.dim(0) || a.dim(2) != b.dim(2))
+    throw FormatError(fmt::format("{}: expert stacks {} and {} cannot be joined by rows", what,
+                                  shape_string(a.shape()), shape_string(b.shape())));
+  const int64_t experts = a.dim(0);
+  Tensor joined = Tensor::zeros({experts, a.dim(1) + b.dim(1), a.dim(2)}, a.dtype());
+  const size_t a_bytes = static_cast<size_t>(a.dim(1) * a.dim(2)) * dtype_size(a.dtype());
+  const size_t b_bytes = static_cast<size_t>(b.dim(1) * b.dim(2)) * dtype_size(b.dtype());
+  auto* dst = static_cast<std::byte*>(joined.raw_data());
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  for (int64_t e = 0; e < experts; ++e) {
+    std::memcpy(dst + e * (a_bytes + b_bytes), static_cast<const std::byte*>(ac.raw_data()) + e * a_bytes, a_bytes);
+    std::memcpy(dst + e * (a_bytes + b_bytes) + a_bytes, static_cast<const std::byte*>(bc.raw_data()) + e * b_bytes,
+                b_bytes);
+  }
+  return joined;
+}
 
 Gemma4Weights Gemma4Weights::bind(const Checkpoint& checkpoint, const Gemma4Config& c,
                                   const QuantizationConfig& quantization) {

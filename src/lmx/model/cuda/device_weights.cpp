@@ -117,6 +117,24 @@ DeviceWeight upload_stacked(std::initializer_list<const Weight*> parts) {
   return d;
 }
 
+// Quantized expert gate and up stacks [E, I, H] as one [E, 2I, H] stack, expert by expert (the layout
+// cuda::quantized_moe_experts reads). Unsupported when the two are not quantized alike.
+DeviceWeight upload_expert_gate_up(const Weight& gate, const Weight& up) {
+  const ops::QuantizedWeight &g = gate.quantized, &u = up.quantized;
+  if (g.bits != u.bits || g.group_size != u.group_size || g.scales.dtype() != u.scales.dtype())
+    throw Unsupported(fmt::format("the CUDA backend needs a layer's expert gate and up projections quantized alike; "
+                                  "got {}-bit group {} {} and {}-bit group {} {}",
+                                  g.bits, g.group_size, dtype_name(g.scales.dtype()), u.bits, u.group_size,
+                                  dtype_name(u.scales.dtype())));
+  Weight joined;
+  joined.quantized.codes = join_expert_rows(g.codes, u.codes, "expert gate/up codes");
+  joined.quantized.scales = join_expert_rows(g.scales, u.scales, "expert gate/up scales");
+  joined.quantized.biases = join_expert_rows(g.biases, u.biases, "expert gate/up biases");
+  joined.quantized.bits = g.bits;
+  joined.quantized.group_size = g.group_size;
+  return upload_weight(joined);
+}
+
 DeviceVector upload_vector(const Tensor& t) {
   DeviceVector v;
   if (!t.defined()) return v;
@@ -163,9 +181,8 @@ DeviceWeights DeviceWeights::upload(const Gemma4Weights& w) {
     o.router_proj = upload_weight(l.router_proj);
     o.router_scale = upload_vector(l.router_scale);
     o.router_per_expert_scale = upload_vector(l.router_per_expert_scale);
-    o.experts_gate_up = upload_weight(l.experts_gate_up);
-    o.experts_gate = upload_weight(l.experts_gate);
-    o.experts_up = upload_weight(l.experts_up);
+    o.experts_gate_up = l.experts_gate.is_quantized() ? upload_expert_gate_up(l.experts_gate, l.experts_up)
+                                                      : upload_weight(l.experts_gate_up);
     o.experts_down = upload_weight(l.experts_down);
     o.pre_feedforward_layernorm_2 = upload_vector(l.pre_feedforward_layernorm_2);
     o.post_feedforward_layernorm_1 = upload_vector(l.post_feedforward_layernorm_1);
@@ -184,7 +201,7 @@ size_t DeviceWeights::bytes() const {
                  norm.buffer.bytes();
   for (const auto& l : layers) {
     for (const DeviceWeight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.qkv_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.gate_up_proj, &l.down_proj,
-                                  &l.router_proj, &l.experts_gate_up, &l.experts_gate, &l.experts_up, &l.experts_down,
+                                  &l.router_proj, &l.experts_gate_up, &l.experts_down,
                                   &l.per_layer_input_gate, &l.per_layer_projection})
       total += weight_bytes(*w);
     for (const DeviceVector* v : {&l.input_layernorm, &l.post_attention_layernorm, &l.pre_feedforward_layernorm,

@@ -37,7 +37,8 @@ struct DeviceLayerWeights {
   DeviceWeight gate_proj, up_proj, gate_up_proj, down_proj;
   DeviceWeight router_proj;
   DeviceVector router_scale, router_per_expert_scale;
-  DeviceWeight experts_gate_up, experts_gate, experts_up, experts_down;
+  // Experts: gate_up [E, 2I, H] (quantized: MLX's gate and up stacks joined expert by expert), down [E, H, I].
+  DeviceWeight experts_gate_up, experts_down;
   DeviceVector pre_feedforward_layernorm_2, post_feedforward_layernorm_1, post_feedforward_layernorm_2;
   DeviceWeight per_layer_input_gate, per_layer_projection;
   DeviceVector post_per_layer_input_norm;

@@ -438,8 +438,8 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
     float* expert_out = w.expert_out.as<float>();
     if (lw.experts_down.quantized)
       cuda::quantized_moe_experts(expert_in, t, w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(),
-                                  config_.top_k_experts, lw.experts_gate.packed, lw.experts_up.packed,
-                                  lw.experts_down.packed, expert_out, ctx_, &norms);
+                                  config_.top_k_experts, lw.experts_gate_up.packed, lw.experts_down.packed,
+                                  expert_out, ctx_, &norms);
     else
       cuda::dense_moe_experts(expert_in, t, w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(),
                               config_.top_k_experts, lw.experts_gate_up.dense, lw.experts_down.dense, expert_out, ctx_,

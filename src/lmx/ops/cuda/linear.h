@@ -101,12 +101,14 @@ struct MoeOutputNorms {
 };
 
 // Expert dispatch (ops::moe_experts's contract): out[t] = Σ_j weights[t,j] * down_e(gelu_tanh(gate_e(x[t])) *
-// up_e(x[t])), e = experts[t, j], the sum over j in the row's order. Quantized experts: gate and up
-// [E, I, H] (separate, MLX switch_glu), down [E, H, I]. x [T, H] f32 contiguous, out [T, H].
+// up_e(x[t])), e = experts[t, j], the sum over j in the row's order. Quantized experts: gate_up [E, 2I, H]
+// (expert e's I gate rows, then its I up rows: MLX switch_glu's gate and up stacks joined per expert at
+// upload, join_expert_rows), down [E, H, I]; the projections on tensor cores with linear_tiles.cuh's
+// numerics (bf16 operands, f32 sums). x [T, H] f32 contiguous, out [T, H].
 // Expert ids are read from device memory (graph-safe); tokens are grouped by expert on the device.
 void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
-                           const DeviceQuantized& gate, const DeviceQuantized& up, const DeviceQuantized& down,
-                           float* out, CudaContext& ctx, const MoeOutputNorms* norms = nullptr);
+                           const DeviceQuantized& gate_up, const DeviceQuantized& down, float* out, CudaContext& ctx,
+                           const MoeOutputNorms* norms = nullptr);
 // Same for dense experts: gate_up [E, 2I, H] (first I rows gate, next I rows up), down [E, H, I].
 void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
                        const DeviceDense& gate_up, const DeviceDense& down, float* out, CudaContext& ctx,

@@ -98,7 +98,8 @@ inline size_t q4_gemv_smem_bytes(const Problem& p, int stages, int tiles, int sp
 // kernel runs, without x_up). The tiles only decide which warp computes which rows, so every plan gives
 // the same bits. LMX_Q4_STAGES=2|4, LMX_Q4_TILES=1|2 and LMX_Q4_SPLIT=1|2 in the environment force a
 // choice, for A/B measurements. `geglu` (Q4Io::kGegluOutput): 2 tiles and an even row count, else stages 0.
-Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu = false);
+// pair_count: the gathered GEMVs of that many pairs (Q4Pairs) run in one grid.
+Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu = false, int pair_count = 1);
 
 inline bool q4_gemv_applies(const Problem& p) { return q4_gemv_plan(p).stages > 0; }
 
@@ -127,10 +128,26 @@ __device__ __forceinline__ void cp_async_stream16(uint32_t dst, const void* src)
 // What q4_gemv_kernel reads and writes besides x and out = x · Wᵀ (see the comment at the top).
 enum class Q4Io : int { kPlain, kGeluInput, kGegluOutput };
 
-// x_up is a parameter of its own, not a Problem field (a larger Problem cost registers in an earlier,
-// register-fed version of this kernel).
+// The MoE decode's gathered GEMVs (moe_experts.cu): blockIdx.z is a (token, slot) pair, whose weight is
+// expert experts[pair] of a stack of `experts` matrices of p.n rows each (the problem's weight, scales and
+// biases are the stack's), whose x row is p.x + (pair / x_div) * x_stride (x_up likewise) and whose output
+// row is p.out + pair * out_stride. A pair whose expert id is outside [0, experts) writes nothing. Each
+// pair's outputs are the bits of the plain projection of its expert's matrix.
+struct Q4Pairs {
+  const int32_t* ids = nullptr;  // null: one plain projection (gridDim.z = 1)
+  int experts = 0;
+  int x_div = 1;
+  int64_t x_stride = 0, out_stride = 0;
+  // Whether ids may be read before the PDL wait: written at least two launches back (launch.cuh), as the
+  // routing is for the down projection.
+  bool ids_early = false;
+};
+
+// x_up and pairs are parameters of their own, not Problem fields (a larger Problem cost registers in an
+// earlier, register-fed version of this kernel).
 template <class F, Q4Io kIo, int kStages, int kTiles>
-__global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Problem p, const float* x_up) {
+__global__ void __launch_bounds__(kMaxSegments * 32)
+    q4_gemv_kernel(const Problem p, const float* x_up, const Q4Pairs pairs) {
   using Scale = typename F::ScaleType;
   constexpr bool kGelu = kIo == Q4Io::kGeluInput;
   constexpr bool kGeglu = kIo == Q4Io::kGegluOutput;
@@ -145,10 +162,26 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
   const int rank = static_cast<int>(blockIdx.x), segment = rank * static_cast<int>(blockDim.x >> 5) + warp;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * (kGeglu ? 16 : kRows);
   const int64_t half_n = p.n / 2;  // kGeglu: I
+  // The pair's expert (gathered GEMVs): its first row in the stack, and the pair's x and output rows.
+  int64_t expert_row0 = 0;
+  const float* x = p.x;
+  float* out = p.out;
+  if (pairs.ids != nullptr) {
+    if (!pairs.ids_early) wait_for_prior_kernels();
+    const int pair = static_cast<int>(blockIdx.z), expert = pairs.ids[pair];
+    if (expert < 0 || expert >= pairs.experts) {  // block-uniform; nothing requested yet
+      wait_for_prior_kernels();
+      return;
+    }
+    expert_row0 = static_cast<int64_t>(expert) * p.n;
+    x += static_cast<int64_t>(pair / pairs.x_div) * pairs.x_stride;
+    if constexpr (kGelu) x_up += static_cast<int64_t>(pair / pairs.x_div) * pairs.x_stride;
+    out += static_cast<int64_t>(pair) * pairs.out_stride;
+  }
   // The weight row of block row rr (0 .. kRows - 1), clamped to a valid row (past the end: never stored).
   auto weight_row = [&](int rr) -> int64_t {
-    if constexpr (kGeglu) return min(row0 + (rr & 15), half_n - 1) + (rr >> 4) * half_n;
-    return min(row0 + rr, p.n - 1);
+    if constexpr (kGeglu) return expert_row0 + min(row0 + (rr & 15), half_n - 1) + (rr >> 4) * half_n;
+    return expert_row0 + min(row0 + rr, p.n - 1);
   };
   // (A warp past the last segment, when the split is uneven, has no chunks.)
   const int chunk_begin = segment < segments ? segment_begin(segment, segments, p.chunks) : p.chunks;
@@ -174,7 +207,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
   // word count per row (no division; consecutive lanes read consecutive words of a row).
   const int64_t g0 = (static_cast<int64_t>(chunk_begin) * kChunk) >> p.group_shift;
   const int64_t g1 = min((static_cast<int64_t>(chunk_end) * kChunk) >> p.group_shift, p.groups_per_row);
-  const int64_t array_bytes = p.n * p.groups_per_row * kScaleSize;
+  const int64_t array_bytes = (expert_row0 + p.n) * p.groups_per_row * kScaleSize;  // (the expert's end)
   {
     const int word_shift = 32 - __clz(words - 1);  // 2^word_shift >= words
     for (int i = lane; i < (kRows << word_shift); i += 32) {
@@ -236,8 +269,8 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
         const int64_t col = static_cast<int64_t>(chunk_begin + jj) * kChunk + 32 * xc + 8 * i;
         lo[u] = hi[u] = ulo[u] = uhi[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (jj < count && col < p.k) {
-          lo[u] = *reinterpret_cast<const float4*>(p.x + col);
-          hi[u] = *reinterpret_cast<const float4*>(p.x + col + 4);
+          lo[u] = *reinterpret_cast<const float4*>(x + col);
+          hi[u] = *reinterpret_cast<const float4*>(x + col + 4);
           if constexpr (kGelu) {
             ulo[u] = *reinterpret_cast<const float4*>(x_up + col);
             uhi[u] = *reinterpret_cast<const float4*>(x_up + col + 4);
@@ -351,13 +384,18 @@ __global__ void __launch_bounds__(kMaxSegments * 32) q4_gemv_kernel(const Proble
   if constexpr (kGeglu) {
     const int64_t row = row0 + threadIdx.x;
     if (threadIdx.x < 16 && row < half_n)
-      p.out[row] = detail::gelu_tanh_mul(row_sum(threadIdx.x), row_sum(16 + threadIdx.x));
+      out[row] = detail::gelu_tanh_mul(row_sum(threadIdx.x), row_sum(16 + threadIdx.x));
   } else {
     for (int i = threadIdx.x; i < kRows; i += blockDim.x) {
       const int64_t row = row0 + i;
-      if (row < p.n) p.out[row] = row_sum(i);
+      if (row < p.n) out[row] = row_sum(i);
     }
   }
 }
+
+// Enqueues the gathered GEMVs of pair_count pairs (Q4Pairs; p.m == 1, p.n the rows of one expert, p's
+// weight the stack) with q4_gemv_kernel, the GeGLU output when `geglu` (each expert a stacked [gate; up]
+// matrix of p.n rows). False (nothing enqueued) when the batch-1 4-bit kernel does not apply (q4_gemv_plan).
+bool launch_decode_pairs(const Problem& p, const Q4Pairs& pairs, int pair_count, bool geglu, cudaStream_t stream);
 
 }  // namespace lmx::cuda::linear

@@ -21,6 +21,7 @@
 #pragma once
 
 #include "lmx/core/dtype.h"
+#include "lmx/ops/cuda/activation_math.cuh"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/quant_codes.cuh"
@@ -364,21 +365,31 @@ __device__ __forceinline__ uint32_t weight_pair(const uint32_t (&raw)[F::kWords]
 }
 
 // Lane c's 16 x pairs of one x row for the chunk starting at xr (f32, in place): zero past k_left or for a
-// row past m (valid = false). vec4: 16-byte loads allowed.
-template <class F>
+// row past m (valid = false). vec4: 16-byte loads allowed. kGeglu: the row's values are gelu_tanh(xr[k]) *
+// xr[k + up_offset] (the GeGLU of a stacked [gate | up] row, formed in f32 as the gelu_tanh_mul op does).
+template <class F, bool kGeglu = false>
 __device__ __forceinline__ void load_x_pairs(const float* xr, int c, int k_left, bool valid, bool vec4,
-                                             uint32_t (&b)[16]) {
+                                             uint32_t (&b)[16], int64_t up_offset = 0) {
+  auto quad = [&](const float* src, float (&f)[4]) {
+    if (vec4) {
+      const float4 v = *reinterpret_cast<const float4*>(src);
+      f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f[i] = src[i];
+    }
+  };
   float f[8][4];
 #pragma unroll
   for (int q = 0; q < 8; ++q) {
     const int k0 = F::quad_start(c, q);
     if (valid && k0 < k_left) {
-      if (vec4) {
-        const float4 v = *reinterpret_cast<const float4*>(xr + k0);
-        f[q][0] = v.x, f[q][1] = v.y, f[q][2] = v.z, f[q][3] = v.w;
-      } else {
+      quad(xr + k0, f[q]);
+      if constexpr (kGeglu) {
+        float u[4];
+        quad(xr + up_offset + k0, u);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) f[q][i] = xr[k0 + i];
+        for (int i = 0; i < 4; ++i) f[q][i] = detail::gelu_tanh_mul(f[q][i], u[i]);
       }
     } else {
 #pragma unroll
@@ -390,11 +401,13 @@ __device__ __forceinline__ void load_x_pairs(const float* xr, int c, int k_left,
     b[P] = pack_bf16x2(f[F::pair_quad(P, 0)][F::pair_pos(P, 0)], f[F::pair_quad(P, 1)][F::pair_pos(P, 1)]);
 }
 
-// Scale and bias of the lane's slots for one row and chunk (zeros for a row past n).
+// Scale and bias of the lane's slots for one row and chunk (zeros for a row past n): the row's groups start
+// at index first_group of the scale and bias arrays.
 template <class F>
-__device__ __forceinline__ void load_slot_scales(const Problem& p, int64_t row, bool valid, int chunk, int c,
-                                                 int k_left, float (&s)[F::kScaleSlots > 0 ? F::kScaleSlots : 1],
-                                                 float (&b)[F::kScaleSlots > 0 ? F::kScaleSlots : 1]) {
+__device__ __forceinline__ void load_row_scales(const void* scales, const void* biases, DType dtype,
+                                                int64_t first_group, int group_shift, bool valid, int chunk, int c,
+                                                int k_left, float (&s)[F::kScaleSlots > 0 ? F::kScaleSlots : 1],
+                                                float (&b)[F::kScaleSlots > 0 ? F::kScaleSlots : 1]) {
   constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
 #pragma unroll
   for (int slot = 0; slot < kSlots; ++slot) {
@@ -402,21 +415,28 @@ __device__ __forceinline__ void load_slot_scales(const Problem& p, int64_t row, 
     if constexpr (F::kScaleSlots > 0) {
       const int k0 = F::slot_k(c, slot);
       if (valid && k0 < k_left) {
-        const int64_t i = row * p.groups_per_row + ((static_cast<int64_t>(chunk) * kChunk + k0) >> p.group_shift);
-        s[slot] = load_scale_as<typename F::ScaleType>(p.scales, p.scale_dtype, i);
-        b[slot] = load_scale_as<typename F::ScaleType>(p.biases, p.scale_dtype, i);
+        const int64_t i = first_group + ((static_cast<int64_t>(chunk) * kChunk + k0) >> group_shift);
+        s[slot] = load_scale_as<typename F::ScaleType>(scales, dtype, i);
+        b[slot] = load_scale_as<typename F::ScaleType>(biases, dtype, i);
       }
     }
   }
 }
 
+template <class F>
+__device__ __forceinline__ void load_slot_scales(const Problem& p, int64_t row, bool valid, int chunk, int c,
+                                                 int k_left, float (&s)[F::kScaleSlots > 0 ? F::kScaleSlots : 1],
+                                                 float (&b)[F::kScaleSlots > 0 ? F::kScaleSlots : 1]) {
+  load_row_scales<F>(p.scales, p.biases, p.scale_dtype, row * p.groups_per_row, p.group_shift, valid, chunk, c,
+                     k_left, s, b);
+}
+
 // ---- Decode kernel ------------------------------------------------------------------------------------------
 //
 // Block = `segments` warps over 16 weight rows (blockIdx.y) and 8 * NT x rows (blockIdx.x, so that the
-// blocks sharing weight rows run together and the second reads them from L2); warp s sums
-// segment s of K for its 16 rows x 8 NT x rows with kUnroll chunks of weights loaded before use (Q4:
-// 4 chunks = 8 16-byte loads per lane, 4 KiB per warp, in flight). x is read as f32 (L1-resident) and
-// rounded in registers. The segments' partial sums meet in shared memory and are added in order.
+// blocks sharing weight rows run together and the second reads them from L2); warp s sums segment s of K
+// for its 16 rows x 8 NT x rows (decode_segment). The segments' partial sums meet in shared memory and are
+// added in order. The MoE expert kernel (moe_expert_mma.cuh) runs the same warp code on gathered rows.
 
 template <class F, int NT>
 struct DecodeConfig {
@@ -443,26 +463,35 @@ __device__ __forceinline__ void load_weight_raw(const uint32_t* row_chunk, int c
   }
 }
 
-template <class F, int NT>
-__global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const Problem p) {
-  wait_for_prior_kernels();
-  allow_next_kernel();
+// What one decode warp multiplies: weight rows g and g + 8 of a 16-row tile and x rows 8 nt + g (nt < NT),
+// over the chunks [chunk_begin, chunk_end) of K. The kernels fill it (linear_decode_kernel from a Problem,
+// the MoE expert kernel from gathered rows of expert stacks) and run decode_segment.
+template <int NT>
+struct SegmentOperands {
+  const uint32_t* w[2];  // weight row starts; a row past the matrix points at any valid row, w_valid false
+  bool w_valid[2];
+  const void* scales;  // scales and biases of both rows
+  const void* biases;
+  int64_t first_group[2];  // index of the row's first group in scales and biases
+  const float* x[NT];      // x row starts; an invalid row points at any valid row, x_valid false
+  bool x_valid[NT];
+  int64_t up_offset;  // kGeglu: x values are gelu_tanh(x[k]) * x[k + up_offset]
+  int64_t k;
+  int group_shift;
+  DType scale_dtype;
+  bool x_vec4;  // the x rows (and up halves) allow 16-byte loads
+  int chunk_begin, chunk_end;
+};
+
+// acc[nt] += the warp's segment product (C fragment: rows g / g + 8, x rows 8 nt + 2c, + 1), from +0: each
+// chunk's 8 mma steps in chunk order, with kUnroll chunks of weights loaded before use (Q4: 4 chunks = 8
+// 16-byte loads per lane, 4 KiB per warp, in flight). x is read as f32 (L1-resident) and rounded in
+// registers.
+template <class F, int NT, bool kGeglu = false>
+__device__ __forceinline__ void decode_segment(const SegmentOperands<NT>& op, int c, float (&acc)[NT][4]) {
   constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
   constexpr int kUnroll = DecodeConfig<F, NT>::kUnroll;
-  extern __shared__ float partial[];  // [segments][NT * 8 x rows][16 weight rows]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, c = lane & 3;
-  const int segments = blockDim.x >> 5;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * 16;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * (8 * NT);
-  const int64_t r0 = row0 + g, r1 = row0 + g + 8;
-  const bool v0 = r0 < p.n, v1 = r1 < p.n;
-  const uint32_t* w0 = p.weight + (v0 ? r0 : 0) * p.row_words;
-  const uint32_t* w1 = p.weight + (v1 ? r1 : 0) * p.row_words;
-  const int chunk_begin = segment_begin(warp, segments, p.chunks);
-  const int chunk_end = segment_begin(warp + 1, segments, p.chunks);
-
-  float acc[NT][4];
+  const int chunk_begin = op.chunk_begin, chunk_end = op.chunk_end;
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
 
@@ -472,11 +501,18 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
   float sc[kUnroll][2][kSlots], bi[kUnroll][2][kSlots];
   auto load_chunk = [&](int u, int j) {
     const bool in = j < chunk_end;
-    const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
-    load_weight_raw<F>(w0 + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, in && v0, raw[u][0]);
-    load_weight_raw<F>(w1 + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, in && v1, raw[u][1]);
-    load_slot_scales<F>(p, r0, in && v0, j, c, k_left, sc[u][0], bi[u][0]);
-    load_slot_scales<F>(p, r1, in && v1, j, c, k_left, sc[u][1], bi[u][1]);
+    const int k_left = static_cast<int>(op.k - static_cast<int64_t>(j) * kChunk);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      load_weight_raw<F>(op.w[h] + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, in && op.w_valid[h],
+                         raw[u][h]);
+      load_row_scales<F>(op.scales, op.biases, op.scale_dtype, op.first_group[h], op.group_shift,
+                         in && op.w_valid[h], j, c, k_left, sc[u][h], bi[u][h]);
+    }
+  };
+  auto x_pairs = [&](int nt, int j, int k_left, uint32_t (&b)[16]) {
+    load_x_pairs<F, kGeglu>(op.x[nt] + static_cast<int64_t>(j) * kChunk, c, k_left, op.x_valid[nt], op.x_vec4, b,
+                            op.up_offset);
   };
   auto dequant_chunk = [&](int u, int k_left, uint32_t (&a)[8][4]) {
 #pragma unroll
@@ -490,11 +526,8 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
   auto multiply_chunk = [&](int j, int k_left, const uint32_t (&a)[8][4]) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const int64_t token = m0 + nt * 8 + g;
-      const bool valid = token < p.m;
       uint32_t b[16];
-      load_x_pairs<F>(p.x + (valid ? token : 0) * p.x_stride + static_cast<int64_t>(j) * kChunk, c, k_left, valid,
-                      p.x_vec4, b);
+      x_pairs(nt, j, k_left, b);
 #pragma unroll
       for (int t = 0; t < 8; ++t) mma_bf16(acc[nt], a[t], b[2 * t], b[2 * t + 1]);
     }
@@ -514,15 +547,13 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
       for (int u = 0; u < kUnroll; ++u) {
         const int j = j0 + u;
         if (j < chunk_end) {
-          const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
+          const int k_left = static_cast<int>(op.k - static_cast<int64_t>(j) * kChunk);
           if constexpr (NT == 1 && F::kBits == 4) {
             // x first, then each step's A fragment right before its mma: 4 live A registers instead of
             // 32 (the same operands in the same order), which keeps Q4's 4-slot ring free of spills.
             // (Q8's 2-slot ring fits the other way and spills this way, per ptxas -v.)
             uint32_t b[16];
-            const bool valid = m0 + g < p.m;
-            load_x_pairs<F>(p.x + (valid ? m0 + g : 0) * p.x_stride + static_cast<int64_t>(j) * kChunk, c, k_left,
-                            valid, p.x_vec4, b);
+            x_pairs(0, j, k_left, b);
 #pragma unroll
             for (int t = 0; t < 8; ++t) {
               const uint32_t a[4] = {weight_pair<F>(raw[u][0], 2 * t, sc[u][0], bi[u][0], c, k_left),
@@ -549,7 +580,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
       for (int u = 0; u < kUnroll; ++u) {
         const int j = j0 + u;
         if (j < chunk_end) {
-          const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
+          const int k_left = static_cast<int>(op.k - static_cast<int64_t>(j) * kChunk);
           uint32_t a[8][4];
           dequant_chunk(u, k_left, a);
           multiply_chunk(j, k_left, a);
@@ -557,8 +588,12 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
       }
     }
   }
+}
 
-  // Partial sums of this segment: C fragment (row g / g+8, x rows 2c, 2c+1 of each 8).
+// Writes the warp's segment sums (decode_segment's C fragments) to partial[warp][x row][weight row]
+// ([segments][NT * 8][16] floats) and waits for the block: then partial holds every segment's sums.
+template <int NT>
+__device__ __forceinline__ void store_segment_sums(float* partial, int warp, int g, int c, const float (&acc)[NT][4]) {
   float* mine = partial + warp * (NT * 8 * 16);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -568,13 +603,56 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
     mine[(nt * 8 + 2 * c + 1) * 16 + g + 8] = acc[nt][3];
   }
   __syncthreads();
+}
+
+// Entry i of the segments' sums (x row i / 16, weight row i % 16), added in segment order.
+template <int NT>
+__device__ __forceinline__ float segment_total(const float* partial, int segments, int i) {
+  float v = partial[i];
+  for (int s = 1; s < segments; ++s) v += partial[s * (NT * 8 * 16) + i];
+  return v;
+}
+
+template <class F, int NT>
+__global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const Problem p) {
+  wait_for_prior_kernels();
+  allow_next_kernel();
+  extern __shared__ float partial[];  // [segments][NT * 8 x rows][16 weight rows]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int segments = blockDim.x >> 5;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * 16;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * (8 * NT);
+  SegmentOperands<NT> op;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = row0 + g + 8 * h;
+    op.w_valid[h] = r < p.n;
+    op.w[h] = p.weight + (op.w_valid[h] ? r : 0) * p.row_words;
+    op.first_group[h] = r * p.groups_per_row;
+  }
+  op.scales = p.scales;
+  op.biases = p.biases;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int64_t token = m0 + nt * 8 + g;
+    op.x_valid[nt] = token < p.m;
+    op.x[nt] = p.x + (op.x_valid[nt] ? token : 0) * p.x_stride;
+  }
+  op.up_offset = 0;
+  op.k = p.k;
+  op.group_shift = p.group_shift;
+  op.scale_dtype = p.scale_dtype;
+  op.x_vec4 = p.x_vec4;
+  op.chunk_begin = segment_begin(warp, segments, p.chunks);
+  op.chunk_end = segment_begin(warp + 1, segments, p.chunks);
+  float acc[NT][4];
+  decode_segment<F, NT>(op, c, acc);
+
+  store_segment_sums<NT>(partial, warp, g, c, acc);
   for (int i = threadIdx.x; i < NT * 8 * 16; i += blockDim.x) {
     const int64_t token = m0 + (i >> 4), row = row0 + (i & 15);
-    if (token < p.m && row < p.n) {
-      float v = partial[i];
-      for (int s = 1; s < segments; ++s) v += partial[s * (NT * 8 * 16) + i];
-      p.out[token * p.out_stride + row] = v;
-    }
+    if (token < p.m && row < p.n) p.out[token * p.out_stride + row] = segment_total<NT>(partial, segments, i);
   }
 }
 

@@ -9,9 +9,9 @@ namespace lmx::cuda::moe {
 void launch_dense_projection(const ProjectionParams& p, DType dtype, bool down, int m_tile, int grid_y,
                              cudaStream_t stream) {
   if (dtype == DType::kF32)
-    launch_format<DenseFormat<float>, true>(p, down, m_tile, grid_y, stream);
+    launch_format<DenseFormat<float>>(p, down, m_tile, grid_y, stream);
   else
-    launch_format<DenseFormat<__nv_bfloat16>, true>(p, down, m_tile, grid_y, stream);
+    launch_format<DenseFormat<__nv_bfloat16>>(p, down, m_tile, grid_y, stream);
 }
 
 }  // namespace lmx::cuda::moe

@@ -7,7 +7,8 @@
 //   1. (M > 1 only) group_pairs_kernel: counting sort of the pass's pairs by expert into
 //      ctx.scratch(kMoeRouting): row_of[pair], sorted_pair[row], and chunks of up to M rows of one expert.
 //   2. gate/up projection: hbuf[row, 0:I] = gate_e · x[token], hbuf[row, I:2I] = up_e · x[token].
-//   3. down projection: y[row, :] = down_e · (gelu_tanh(gate) * up), the activation made while staging.
+//   3. down projection: y[row, :] = down_e · (gelu_tanh(gate) * up), the activation made while loading.
+//   Quantized stacks: on tensor cores (moe_expert_mma.cuh), dense ones on CUDA cores (moe_experts.cuh).
 //   4. the combine (moe_norms.cu): out[t] = Σ_j weights[t, j] * y[row_of[t·k + j]], j = 0..k-1, one f32
 //      multiply and one add per term, starting from 0 (ops::moe_experts's combine), then the MoE block's
 //      output norms when the caller asks (MoeOutputNorms).
@@ -18,7 +19,9 @@
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear.h"
+#include "lmx/ops/cuda/moe_expert_mma.cuh"
 #include "lmx/ops/cuda/moe_experts.cuh"
 
 #include <algorithm>
@@ -99,10 +102,13 @@ __global__ void __launch_bounds__(kGroupThreads)
   }
 }
 
-// Rows per chunk for a pass of `tokens` tokens: 1 (ungrouped) while few pairs share an expert.
-int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts) {
+// Rows per chunk for a pass of `tokens` tokens: 1 (ungrouped) while few pairs share an expert; then, for
+// the tensor-core kernel, 8 (one mma column tile) or 32 pairs (four), for the dense kernel 4 or 8.
+int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts, bool tensor_cores) {
   if (tokens <= 4 || 2 * pairs <= num_experts) return 1;
-  return pairs <= 4 * static_cast<int64_t>(num_experts) ? 4 : 8;
+  const bool few = pairs <= 4 * static_cast<int64_t>(num_experts);
+  if (tensor_cores) return few ? 8 : 32;
+  return few ? 4 : 8;
 }
 
 // Bound on the chunk count of a pass (host-known, for the grid): Σ_e ceil(c_e / M) ≤ pairs / M + #experts
@@ -120,7 +126,7 @@ size_t align256(size_t bytes) {
 template <class Launch>
 void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                        int top_k, int num_experts, int64_t hidden, int64_t inter, float* out,
-                       const MoeOutputNorms* norms, CudaContext& ctx, const Launch& project) {
+                       const MoeOutputNorms* norms, bool tensor_cores, CudaContext& ctx, const Launch& project) {
   const int64_t pass_tokens = std::max<int64_t>(1, kMaxPassPairs / top_k);
   const int64_t max_pairs = std::min(tokens, pass_tokens) * top_k;
   // Scratch: hbuf [pairs, 2I] then y [pairs, H]; routing tables.
@@ -142,7 +148,7 @@ void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, c
     const int64_t count = std::min(pass_tokens, tokens - t0);
     const int64_t pairs = count * top_k;
     const int32_t* pass_experts = experts + t0 * top_k;
-    const int m_tile = choose_m_tile(count, pairs, num_experts);
+    const int m_tile = choose_m_tile(count, pairs, num_experts, tensor_cores);
     int64_t grid_y = pairs;
     if (m_tile > 1) {
       grid_y = chunk_bound(pairs, m_tile, num_experts);
@@ -156,6 +162,7 @@ void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, c
     p.chunks = chunks;
     p.chunk_count = chunk_count;
     p.sorted_pair = sorted_pair;
+    p.m_tile = m_tile;
 
     ProjectionParams gate_up = p;
     gate_up.k = hidden;
@@ -231,57 +238,83 @@ void check_shared_args(int64_t tokens, int top_k, int64_t num_experts, const cha
 }  // namespace
 
 void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
-                           int top_k, const DeviceQuantized& gate, const DeviceQuantized& up,
-                           const DeviceQuantized& down, float* out, CudaContext& ctx,
-                           const MoeOutputNorms* norms) {
+                           int top_k, const DeviceQuantized& gate_up, const DeviceQuantized& down, float* out,
+                           CudaContext& ctx, const MoeOutputNorms* norms) {
   constexpr const char* kOp = "cuda::quantized_moe_experts";
-  check_quantized(gate, "gate");
-  check_quantized(up, "up");
+  check_quantized(gate_up, "gate_up");
   check_quantized(down, "down");
-  const int64_t num_experts = gate.batch, hidden = gate.cols, inter = gate.rows;
-  LMX_REQUIRE(
-      InvalidArgument,
-      up.batch == num_experts && up.rows == inter && up.cols == hidden && down.batch == num_experts &&
-          down.rows == hidden && down.cols == inter,
-      "{}: gate [{}, {}, {}], up [{}, {}, {}] and down [{}, {}, {}] must be [E, I, H], [E, I, H], [E, H, I]",
-      kOp, gate.batch, gate.rows, gate.cols, up.batch, up.rows, up.cols, down.batch, down.rows, down.cols);
+  const int64_t num_experts = gate_up.batch, hidden = gate_up.cols, inter = gate_up.rows / 2;
+  LMX_REQUIRE(InvalidArgument,
+              gate_up.rows % 2 == 0 && down.batch == num_experts && down.rows == hidden && down.cols == inter,
+              "{}: gate_up [{}, {}, {}] and down [{}, {}, {}] must be [E, 2I, H] and [E, H, I]", kOp, gate_up.batch,
+              gate_up.rows, gate_up.cols, down.batch, down.rows, down.cols);
   check_shared_args(tokens, top_k, num_experts, kOp);
   if (tokens == 0) return;
 
-  const WeightStack gate_s = quantized_stack(gate), up_s = quantized_stack(up),
-                    down_s = quantized_stack(down);
-  const bool gate_aligned = detail::aligned16(gate.codes), up_aligned = detail::aligned16(up.codes);
-  const bool fused = gate.bits == up.bits && gate.group_size == up.group_size &&
-                     gate.scale_dtype == up.scale_dtype && gate_aligned == up_aligned;
+  const WeightStack gate_up_s = quantized_stack(gate_up), down_s = quantized_stack(down);
+  // A projection as a linear_tiles.cuh problem over one expert's matrix (the stack's first), for the
+  // batch-1 4-bit kernel's gathered GEMVs; segments as the grouped kernel's.
+  auto pair_problem = [&](const DeviceQuantized& w, const float* in, int64_t in_stride, float* result) {
+    linear::Problem q;
+    q.format = linear::WeightFormat::kQ4;
+    q.bits = w.bits;
+    q.group_shift = log2_group_size(w.group_size);
+    q.scale_dtype = w.scale_dtype;
+    q.weight = static_cast<const uint32_t*>(w.codes);
+    q.scales = w.scales;
+    q.biases = w.biases;
+    q.small_scales = w.small_scales;
+    q.n = w.rows;
+    q.k = w.cols;
+    q.row_words = w.cols * w.bits / 32;
+    q.groups_per_row = w.cols / w.group_size;
+    q.chunks = static_cast<int>((q.k + linear::kChunk - 1) / linear::kChunk);
+    q.segments = moe::expert_segments(q.n, q.k);
+    q.x = in;
+    q.x_stride = in_stride;
+    q.m = 1;
+    q.x_vec4 = detail::aligned16(in) && in_stride % 4 == 0;
+    q.out = result;
+    q.out_stride = w.rows;
+    return q;
+  };
+  const bool q4 = gate_up.bits == 4 && down.bits == 4 && detail::aligned16(gate_up.codes) &&
+                  detail::aligned16(down.codes);
   auto project = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
-    auto one = [&](const DeviceQuantized& w, const WeightStack& s, int64_t n_out, int64_t col0) {
-      p.w[0] = p.w[1] = s;
-      p.split = n_out;
-      p.n_out = n_out;
-      p.out_col0 = col0;
-      p.scale_dtype = w.scale_dtype;
-      p.group_shift = log2_group_size(w.group_size);
-      moe::launch_quantized_projection(p, w.bits, detail::aligned16(w.codes), is_down, m_tile, grid_y,
-                                       ctx.stream());
-    };
-    if (is_down) {
-      one(down, down_s, hidden, 0);
-    } else if (fused) {
-      p.w[0] = gate_s;
-      p.w[1] = up_s;
-      p.split = inter;
-      p.n_out = 2 * inter;
-      p.out_col0 = 0;
-      p.scale_dtype = gate.scale_dtype;
-      p.group_shift = log2_group_size(gate.group_size);
-      moe::launch_quantized_projection(p, gate.bits, gate_aligned, false, m_tile, grid_y, ctx.stream());
-    } else {
-      one(gate, gate_s, inter, 0);
-      one(up, up_s, inter, inter);
+    const DeviceQuantized& w = is_down ? down : gate_up;
+    // Decode (one pair per block row) with 4-bit stacks: the batch-1 4-bit kernel, gate/up writing the GeGLU
+    // h = gelu_tanh(gate) * up into hbuf's first half (the bits the grouped kernel's down projection forms
+    // from gate and up), the down projection reading h. Both or neither (hbuf's layout).
+    if (m_tile == 1 && q4) {
+      linear::Q4Pairs pairs;
+      pairs.ids = p.experts;
+      pairs.experts = p.num_experts;
+      pairs.x_div = is_down ? 1 : p.top_k;
+      pairs.x_stride = p.x_stride;
+      pairs.out_stride = p.out_stride;
+      pairs.ids_early = is_down;
+      const linear::Problem q = pair_problem(w, p.x, p.x_stride, p.out);
+      const bool gate_up_ok = linear::q4_gemv_plan(pair_problem(gate_up, x, hidden, p.out), true, grid_y).stages > 0;
+      const bool down_ok = linear::q4_gemv_plan(pair_problem(down, p.out, 2 * inter, p.out), false, grid_y).stages > 0;
+      if (gate_up_ok && down_ok) {
+        const bool launched = linear::launch_decode_pairs(q, pairs, grid_y, !is_down, ctx.stream());
+        LMX_REQUIRE(Error, launched, "{}: the batch-1 4-bit kernel refused a planned projection", kOp);
+        return;
+      }
     }
+    p.w[0] = p.w[1] = is_down ? down_s : gate_up_s;
+    p.n_out = p.split = w.rows;
+    p.out_col0 = 0;
+    p.scale_dtype = w.scale_dtype;
+    p.group_shift = log2_group_size(w.group_size);
+    p.k_chunks = static_cast<int>((p.k + linear::kChunk - 1) / linear::kChunk);
+    p.segments = moe::expert_segments(p.n_out, p.k);
+    p.x_vec4 = detail::aligned16(p.x) && p.x_stride % 4 == 0 && (!is_down || p.inter % 4 == 0);
+    moe::launch_quantized_projection(p, w.bits, detail::aligned16(w.codes), w.small_scales, is_down, grid_y,
+                                     ctx.stream());
   };
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
-                    norms, ctx, project);
+                    norms, /*tensor_cores=*/true, ctx, project);
 }
 
 void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
@@ -323,7 +356,7 @@ void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, c
     moe::launch_dense_projection(p, w.dtype, is_down, m_tile, grid_y, ctx.stream());
   };
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
-                    norms, ctx, project);
+                    norms, /*tensor_cores=*/false, ctx, project);
 }
 
 }  // namespace lmx::cuda

@@ -1,21 +1,21 @@
-// Internal to the CUDA MoE dispatch (moe_experts.cu, moe_quantized.cu, moe_dense.cu): the expert
-// projection kernel shared by the quantized and dense paths, and the launch entry points.
+// Internal to the CUDA MoE dispatch (moe_experts.cu, moe_quantized*.cu, moe_dense.cu): the projection
+// parameters, the launch entry points, and the expert projection kernel of the dense (f32, bf16) stacks.
+// Quantized stacks run on tensor cores (moe_expert_mma.cuh).
 //
-// Kernel design ("gathered GEMM on CUDA cores"): a block computes kRowsPerBlock output rows of one
+// Dense kernel design ("gathered GEMM on CUDA cores"): a block computes kRowsPerBlock output rows of one
 // expert's projection for up to M (token, expert) pairs of that expert (a "chunk"). The block stages
 // the pairs' inputs (x rows, or gelu_tanh(gate) * up for the down projection) in shared memory, slab
 // by slab along K, and each output row is reduced by a group of LANES lanes of one warp. A thread
-// owns R rows × M pairs of accumulators, so each weight element is dequantized once per block and
+// owns R rows × M pairs of accumulators, so each weight element is read once per block and
 // each staged float4 of x feeds 4·R FMAs. Decode (M = 1, R = 2) keeps two chunks per row in flight
 // and issues its first weight loads before staging x; prefill (M = 4/8, R = 4) is capped at 128
-// registers (two blocks per SM). Quantized chunks are consumed word by word (a rolled loop), so the
-// compiler cannot hoist a whole chunk's dequantization into registers.
+// registers (two blocks per SM).
 //
 // Reduction order (the batch-invariance contract): K is cut into chunks of kChunk consecutive
-// elements (a format property: 32 for 2/3/4/5/6-bit codes, 16 for 8-bit, 8 for bf16, 4 for f32).
+// elements (a format property: 8 for bf16, 4 for f32).
 // Lane l of a group accumulates chunks l, l + LANES, l + 2·LANES, ... in increasing order, each
-// chunk's elements in increasing order, into one f32 accumulator per output (acc = fma(x, w, acc),
-// w = fma(scale, code, bias) for quantized weights); the LANES partial sums are then combined by a
+// chunk's elements in increasing order, into one f32 accumulator per output (acc = fma(x, w, acc));
+// the LANES partial sums are then combined by a
 // fixed xor-butterfly (offsets LANES/2, ..., 1). LANES depends only on K / kChunk (lanes_for), never
 // on the number of tokens, M, R, the slab size or the chunk a pair lands in, so the value of every
 // (pair, output) is the same bits whatever else is in the call: the decode (M = 1, ungrouped) and
@@ -83,84 +83,15 @@ struct ProjectionParams {
   const int4* chunks = nullptr;
   const int* chunk_count = nullptr;
   const int32_t* sorted_pair = nullptr;
+  int m_tile = 1;  // pairs per chunk (1: ungrouped)
+  // Tensor-core kernel only (moe_expert_mma.cuh): K's 128-column chunks and their split into segments
+  // (expert_segments), and whether the x rows (and, for down, their up halves) allow 16-byte loads.
+  int k_chunks = 0;
+  int segments = 1;
+  bool x_vec4 = false;
 };
 
 // ---- Weight formats ---------------------------------------------------------------------------------
-
-// MLX affine codes of BITS bits. kVector: 16-byte aligned code rows (4- and 8-bit fast paths load
-// a chunk as one uint4); otherwise word by word. Both give the same values in the same order.
-template <int BITS, bool kVector>
-struct QuantizedFormat {
-  static constexpr int kChunk = BITS == 8 ? 16 : 32;
-  static constexpr int kWords = kChunk * BITS / 32;
-  static_assert(!kVector || kWords == 4);
-  // A chunk is consumed in kSteps steps of kStep elements: one code word at a time when codes do not
-  // straddle words (2, 4, 8 bits), else 4 codes at a time (3, 5, 6 bits: ≤ 24 bits, all in words[0]).
-  // element(ch, i) reads step-relative element i; advance() drops the consumed bits.
-  static constexpr bool kStraddles = 32 % BITS != 0;
-  static constexpr int kStep = kStraddles || 32 / BITS < 4 ? 4 : 32 / BITS;
-  static constexpr int kSteps = kChunk / kStep;
-  static constexpr int kStepWords = kStraddles ? 0 : kStep * BITS / 32;
-
-  struct Chunk {
-    uint32_t words[kWords];
-    float scale, bias;
-  };
-
-  // Chunk c of row r (expert · rows + n) of stack w.
-  __device__ __forceinline__ static Chunk load(const WeightStack& w, int64_t r, int64_t c,
-                                               const ProjectionParams& p) {
-    Chunk ch;
-    const uint32_t* src = static_cast<const uint32_t*>(w.data) + r * w.row_stride + c * kWords;
-    if constexpr (kVector) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
-      ch.words[0] = v.x;
-      ch.words[1] = v.y;
-      ch.words[2] = v.z;
-      ch.words[3] = v.w;
-    } else {
-#pragma unroll
-      for (int i = 0; i < kWords; ++i) ch.words[i] = __ldg(src + i);
-    }
-    const int64_t g = r * w.groups_per_row + ((c * kChunk) >> p.group_shift);
-    ch.scale = load_scale(w.scales, p.scale_dtype, g);
-    ch.bias = load_scale(w.biases, p.scale_dtype, g);
-    return ch;
-  }
-
-  __device__ __forceinline__ static void advance(Chunk& ch) {
-    if constexpr (kStraddles) {
-#pragma unroll
-      for (int i = 0; i + 1 < kWords; ++i)
-        ch.words[i] = __funnelshift_r(ch.words[i], ch.words[i + 1], kStep * BITS);
-      ch.words[kWords - 1] >>= kStep * BITS;
-    } else {
-#pragma unroll
-      for (int i = 0; i + kStepWords < kWords; ++i) ch.words[i] = ch.words[i + kStepWords];
-    }
-  }
-
-  // Element i (compile-time after unrolling) of the current step: fma(scale, code, bias), the code
-  // made exact in f32 as (2^23 + code as float bits) - 2^23.
-  // 4- and 8-bit codes go through a byte permute that builds 2^23 + code directly (one instruction per
-  // code; the 4-bit nibble masks are shared by the step's 8 codes).
-  __device__ __forceinline__ static float element(const Chunk& ch, int i) {
-    uint32_t magic_code;
-    if constexpr (BITS == 4) {
-      const uint32_t nibbles = (i & 1) ? (ch.words[0] >> 4) & 0x0F0F0F0Fu : ch.words[0] & 0x0F0F0F0Fu;
-      magic_code = __byte_perm(nibbles, 0x4B000000u, 0x7540u | static_cast<unsigned>(i >> 1));
-    } else if constexpr (BITS == 8) {
-      magic_code = __byte_perm(ch.words[0], 0x4B000000u, 0x7540u | static_cast<unsigned>(i));
-    } else {
-      const int bit = i * BITS;
-      const int word = bit >> 5, shift = bit & 31;
-      uint32_t code = ch.words[word] >> shift;
-      if (shift + BITS > 32) code |= ch.words[word + 1] << (32 - shift);
-      magic_code = (code & ((1u << BITS) - 1u)) | 0x4B000000u;
-    }
-    return __fmaf_rn(ch.scale, __fsub_rn(__uint_as_float(magic_code), 8388608.0f), ch.bias);
-  }
-};
 
 // Dense f32 or bf16 rows (16-byte aligned): a chunk is one uint4 (4 f32 or 8 bf16 elements).
 template <typename T>
@@ -435,40 +366,37 @@ void launch_for_lanes(const ProjectionParams& p, int grid_y, cudaStream_t stream
     launch_projection_kernel<W, M, 8, kDown>(p, grid_y, stream);
 }
 
-// Dispatches on M (1, 4 or 8; without kHasM4, 4 runs as 8 — M never changes a value) and LANES.
-template <class W, bool kDown, bool kHasM4>
+// Dispatches on M (1, 4 or 8) and LANES.
+template <class W, bool kDown>
 void launch_for_format(const ProjectionParams& p, int m_tile, int grid_y, cudaStream_t stream) {
-  if (m_tile == 1) {
+  if (m_tile == 1)
     launch_for_lanes<W, 1, kDown>(p, grid_y, stream);
-  } else if constexpr (kHasM4) {
-    if (m_tile == 4)
-      launch_for_lanes<W, 4, kDown>(p, grid_y, stream);
-    else
-      launch_for_lanes<W, 8, kDown>(p, grid_y, stream);
-  } else {
+  else if (m_tile == 4)
+    launch_for_lanes<W, 4, kDown>(p, grid_y, stream);
+  else
     launch_for_lanes<W, 8, kDown>(p, grid_y, stream);
-  }
 }
 
 // launch_for_format with kDown chosen at run time.
-template <class W, bool kHasM4>
+template <class W>
 void launch_format(const ProjectionParams& p, bool down, int m_tile, int grid_y, cudaStream_t stream) {
   if (down)
-    launch_for_format<W, true, kHasM4>(p, m_tile, grid_y, stream);
+    launch_for_format<W, true>(p, m_tile, grid_y, stream);
   else
-    launch_for_format<W, false, kHasM4>(p, m_tile, grid_y, stream);
+    launch_for_format<W, false>(p, m_tile, grid_y, stream);
 }
 
 // ---- Entry points (moe_quantized.cu, moe_quantized_generic.cu, moe_dense.cu) ------------------------
 
-// Enqueues one projection (gate/up when !down, else down) with chunks of up to m_tile pairs (1, 4 or 8;
-// 1 = ungrouped, grid_y pairs; otherwise grid_y is the bound on the chunk count). `bits` and the
-// alignment select the quantized format; the caller fills the rest of p.
-void launch_quantized_projection(const ProjectionParams& p, int bits, bool aligned, bool down, int m_tile,
+// Enqueues one quantized projection (gate/up when !down, else down) on tensor cores: p complete (its m_tile
+// 1, 8 or 32 — 1 = ungrouped, grid_y pairs; otherwise grid_y bounds the chunk count — and its segments).
+// `bits`, the alignment of the codes and small_scales (DeviceQuantized) select the weight format.
+void launch_quantized_projection(const ProjectionParams& p, int bits, bool aligned, bool small_scales, bool down,
                                  int grid_y, cudaStream_t stream);
-// The word-by-word path (every bits value; 4- and 8-bit codes that are not 16-byte aligned).
-void launch_quantized_generic_projection(const ProjectionParams& p, int bits, bool down, int m_tile,
-                                         int grid_y, cudaStream_t stream);
+// The formats other than aligned 4-bit codes (moe_quantized_packed.cu).
+void launch_quantized_packed_projection(const ProjectionParams& p, int bits, bool aligned, bool down, int grid_y,
+                                        cudaStream_t stream);
+// Dense stacks on CUDA cores, chunks of up to m_tile pairs (1, 4 or 8).
 void launch_dense_projection(const ProjectionParams& p, DType dtype, bool down, int m_tile, int grid_y,
                              cudaStream_t stream);
 

@@ -1,18 +1,24 @@
-// MoE expert projections over MLX affine-quantized stacks: the 16-byte-vector 4- and 8-bit paths
-// (the word-by-word path for other bits and unaligned codes is in moe_quantized_generic.cu).
+// MoE expert projections over MLX affine-quantized stacks: the choice of linear_tiles.cuh weight format,
+// as quantized_linear makes it (4-bit and 8-bit codes with 16-byte aligned rows: the vector formats; any
+// other: the word-by-word packed format), for expert_mma_kernel. The 8-bit and packed instantiations are
+// in moe_quantized_packed.cu (compile time).
 #include "lmx/ops/cuda/cuda_check.h"
-#include "lmx/ops/cuda/moe_experts.cuh"
+#include "lmx/ops/cuda/moe_expert_mma.cuh"
 
 namespace lmx::cuda::moe {
 
-void launch_quantized_projection(const ProjectionParams& p, int bits, bool aligned, bool down, int m_tile,
+void launch_quantized_projection(const ProjectionParams& p, int bits, bool aligned, bool small_scales, bool down,
                                  int grid_y, cudaStream_t stream) {
-  if (aligned && bits == 4)
-    launch_format<QuantizedFormat<4, true>, true>(p, down, m_tile, grid_y, stream);
-  else if (aligned && bits == 8)
-    launch_format<QuantizedFormat<8, true>, true>(p, down, m_tile, grid_y, stream);
+  using namespace linear;
+  if (!(aligned && bits == 4)) return launch_quantized_packed_projection(p, bits, aligned, down, grid_y, stream);
+  if (small_scales && p.scale_dtype == DType::kBF16)
+    launch_expert_mma_format<FormatQ4<__nv_bfloat16, true>>(p, down, grid_y, stream);
+  else if (p.scale_dtype == DType::kBF16)
+    launch_expert_mma_format<FormatQ4<__nv_bfloat16>>(p, down, grid_y, stream);
+  else if (p.scale_dtype == DType::kF16)
+    launch_expert_mma_format<FormatQ4<__half>>(p, down, grid_y, stream);
   else
-    return launch_quantized_generic_projection(p, bits, down, m_tile, grid_y, stream);
+    launch_expert_mma_format<FormatQ4<float>>(p, down, grid_y, stream);
 }
 
 }  // namespace lmx::cuda::moe

@@ -23,57 +23,66 @@ void decode_rows(const Problem& p, cudaStream_t stream) {
 
 // q4_gemv_kernel for one plan; the shared-memory opt-in per call (cheap, host-side), so that every device
 // the process uses gets it.
+// What a q4_gemv_kernel launch reads besides the problem: the GeGLU input's up half, and the pairs of
+// gathered GEMVs (pair_count blocks in z).
+struct Q4Call {
+  const float* x_up = nullptr;
+  Q4Pairs pairs;
+  int pair_count = 1;
+};
+
 template <class F, Q4Io kIo, int kStages, int kTiles>
-void launch_gemv_q4(const Problem& p, const float* x_up, int split, cudaStream_t stream) {
+void launch_gemv_q4(const Problem& p, const Q4Call& call, int split, cudaStream_t stream) {
   const int64_t row_blocks = q4_gemv_row_blocks(p, kTiles, kIo == Q4Io::kGegluOutput);
-  const dim3 grid(static_cast<unsigned>(split), static_cast<unsigned>(row_blocks));
+  const dim3 grid(static_cast<unsigned>(split), static_cast<unsigned>(row_blocks),
+                  static_cast<unsigned>(call.pair_count));
   const unsigned threads = 32 * static_cast<unsigned>(q4_gemv_warps(p, split));
   const size_t smem = q4_gemv_smem_bytes(p, kStages, kTiles, split);
   auto* kernel = q4_gemv_kernel<F, kIo, kStages, kTiles>;
   if (smem > 48 * 1024)
     LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  launch_clustered(kernel, grid, threads, smem, stream, static_cast<unsigned>(split), p, x_up);
+  launch_clustered(kernel, grid, threads, smem, stream, static_cast<unsigned>(split), p, call.x_up, call.pairs);
 }
 
 template <class F, Q4Io kIo, int kTiles>
-void gemv_q4_staged(const Problem& p, const float* x_up, const Q4GemvPlan& plan, cudaStream_t stream) {
+void gemv_q4_staged(const Problem& p, const Q4Call& call, const Q4GemvPlan& plan, cudaStream_t stream) {
   if (plan.stages == 2)
-    launch_gemv_q4<F, kIo, 2, kTiles>(p, x_up, plan.split, stream);
+    launch_gemv_q4<F, kIo, 2, kTiles>(p, call, plan.split, stream);
   else
-    launch_gemv_q4<F, kIo, 4, kTiles>(p, x_up, plan.split, stream);
+    launch_gemv_q4<F, kIo, 4, kTiles>(p, call, plan.split, stream);
 }
 
 template <class F, Q4Io kIo>
-void gemv_q4_planned(const Problem& p, const float* x_up, const Q4GemvPlan& plan, cudaStream_t stream) {
+void gemv_q4_planned(const Problem& p, const Q4Call& call, const Q4GemvPlan& plan, cudaStream_t stream) {
   if constexpr (kIo == Q4Io::kGegluOutput) {
-    gemv_q4_staged<F, kIo, 2>(p, x_up, plan, stream);  // (the plan has 2 tiles)
+    gemv_q4_staged<F, kIo, 2>(p, call, plan, stream);  // (the plan has 2 tiles)
   } else {
     if (plan.tiles == 1)
-      gemv_q4_staged<F, kIo, 1>(p, x_up, plan, stream);
+      gemv_q4_staged<F, kIo, 1>(p, call, plan, stream);
     else
-      gemv_q4_staged<F, kIo, 2>(p, x_up, plan, stream);
+      gemv_q4_staged<F, kIo, 2>(p, call, plan, stream);
   }
 }
 
 // Batch 1 with 4-bit weights (q4_gemv_applies): q4_gemv_kernel, with the GeGLU input when x_up is set or
 // the GeGLU output when `geglu`; false (nothing enqueued) when the plan does not apply.
 template <class F>
-bool gemv_q4(const Problem& p, const float* x_up, bool geglu, cudaStream_t stream) {
-  const Q4GemvPlan plan = q4_gemv_plan(p, geglu);
+bool gemv_q4(const Problem& p, const Q4Call& call, bool geglu, cudaStream_t stream) {
+  const Q4GemvPlan plan = q4_gemv_plan(p, geglu, call.pair_count);
   if (plan.stages == 0) return false;
   if (geglu)
-    gemv_q4_planned<F, Q4Io::kGegluOutput>(p, nullptr, plan, stream);
-  else if (x_up != nullptr)
-    gemv_q4_planned<F, Q4Io::kGeluInput>(p, x_up, plan, stream);
+    gemv_q4_planned<F, Q4Io::kGegluOutput>(p, call, plan, stream);
+  else if (call.x_up != nullptr)
+    gemv_q4_planned<F, Q4Io::kGeluInput>(p, call, plan, stream);
   else
-    gemv_q4_planned<F, Q4Io::kPlain>(p, nullptr, plan, stream);
+    gemv_q4_planned<F, Q4Io::kPlain>(p, call, plan, stream);
   return true;
 }
 
 template <class F>
 void decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr) {
   if constexpr (F::kBits == 4 && F::kLoadBytes == 16) {
-    if (gemv_q4<F>(p, x_up, false, stream)) return;
+    if (gemv_q4<F>(p, Q4Call{x_up}, false, stream)) return;
   }
   LMX_REQUIRE(InvalidArgument, x_up == nullptr, "linear: a GeGLU input needs the batch-1 4-bit kernel");
   if (p.m <= 8)
@@ -96,7 +105,7 @@ int forced_choice(const char* name, std::initializer_list<int> allowed) {
 
 }  // namespace
 
-Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu) {
+Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
   static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
   static const int forced_split = forced_choice("LMX_Q4_SPLIT", {1, 2});
@@ -116,7 +125,7 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu) {
   const int stages = forced_stages != 0 ? forced_stages : 2;
   // Matrices of one to two row blocks per SM split each row tile's segments over a cluster of two blocks
   // (E4B's 2560-row projections: 160 blocks, 1.2 per SM, SMs busy 54 % of the time under ncu).
-  const int64_t blocks = q4_gemv_row_blocks(p, plan.tiles, geglu);
+  const int64_t blocks = q4_gemv_row_blocks(p, plan.tiles, geglu) * pair_count;
   const bool uneven_wave = blocks >= kSplitRowBlocksFrom && blocks < kSplitRowBlocksBelow;
   plan.split = forced_split != 0 ? forced_split : uneven_wave && p.segments >= 4 ? 2 : 1;
   if (plan.split > p.segments) plan.split = 1;
@@ -126,7 +135,13 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu) {
 
 bool launch_decode_geglu(const Problem& p, cudaStream_t stream) {
   if (p.format != WeightFormat::kQ4) return false;
-  return with_q4_format(p, [&](auto f) { return gemv_q4<decltype(f)>(p, nullptr, true, stream); });
+  return with_q4_format(p, [&](auto f) { return gemv_q4<decltype(f)>(p, Q4Call{}, true, stream); });
+}
+
+bool launch_decode_pairs(const Problem& p, const Q4Pairs& pairs, int pair_count, bool geglu, cudaStream_t stream) {
+  if (p.format != WeightFormat::kQ4 || pair_count < 1) return false;
+  const Q4Call call{nullptr, pairs, pair_count};
+  return with_q4_format(p, [&](auto f) { return gemv_q4<decltype(f)>(p, call, geglu, stream); });
 }
 
 void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up) {

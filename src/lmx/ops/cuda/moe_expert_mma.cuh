@@ -1,0 +1,130 @@
+// The MoE expert projections of quantized stacks on tensor cores (moe_experts.cu runs them): one kernel
+// for decode (each (token, slot) pair its own block row, reading only its expert's weights) and prefill
+// (chunks of up to 8·NT pairs of one expert, grouped by moe_experts.cu's counting sort).
+//
+// A block computes 16 output rows of one expert's projection for the chunk's pairs with the decode warps
+// of the dense projections (linear_tiles.cuh decode_segment): warp s sums segment s of K for the 16 rows
+// and x rows 8 nt + g (a pair per x row), the segments meet in shared memory and are added in order. So a
+// pair's outputs are Σ_k bf16(x_k) · bf16(w_k) in f32 with linear_tiles.cuh's numerics and chunk order,
+// the mma output of one x row depends on that row alone, and the segments are a function of the weight
+// shape (expert_segments): the bits of every pair are the same whatever else is in the call, in the
+// ungrouped (decode) or grouped (prefill) variant, with any NT (the batch-invariance contract).
+//
+// Gate/up: output rows [0, split) from the first stack, [split, n_out) from the second (split a multiple
+// of 16, so that a block's rows share one stack's scales), x the pair's
+// token row. Down: x the pair's row of the gate/up output, whose GeGLU gelu_tanh(gate) · up (f32, the
+// gelu_tanh_mul op's values) is formed while loading (linear_tiles.cuh load_x_pairs<F, true>).
+#pragma once
+
+#include "lmx/ops/cuda/linear_tiles.cuh"
+#include "lmx/ops/cuda/moe_experts.cuh"
+
+namespace lmx::cuda::moe {
+
+// Warps per (pair, projection) that expert_segments aims for: 8 pairs of a decode step then run ~4096
+// warps, as the dense 4-bit decode does.
+constexpr int64_t kExpertTargetWarps = 512;
+
+// Segments per block at most: 8 warps (expert_segments), so that the kernel may use more than 128
+// registers (the 8-bit and packed formats spill at 128).
+constexpr int kMaxExpertSegments = 8;
+
+// Segments of K for a projection of n_out rows over k columns: ~kExpertTargetWarps / (row tiles), at least
+// two chunks each, at most kMaxExpertSegments. A function of the weights only (never of the tokens).
+inline int expert_segments(int64_t n_out, int64_t k) {
+  const int64_t chunks = (k + linear::kChunk - 1) / linear::kChunk;
+  const int64_t tiles = (n_out + 15) / 16;
+  int64_t s = (kExpertTargetWarps + tiles / 2) / tiles;
+  s = s < chunks / 2 ? s : chunks / 2;
+  s = s < kMaxExpertSegments ? s : kMaxExpertSegments;
+  return s < 1 ? 1 : static_cast<int>(s);
+}
+
+template <class F, int NT, bool kDown>
+__global__ void __launch_bounds__(kMaxExpertSegments * 32) expert_mma_kernel(const ProjectionParams p) {
+  using namespace linear;
+  wait_for_prior_kernels();
+  allow_next_kernel();
+  extern __shared__ float partial[];  // [segments][8 NT pairs][16 rows]
+  // The block's pairs: rows [row0, row0 + count) of the pair-row space, all of expert `expert`.
+  int expert, row0, count;
+  if (p.m_tile == 1) {
+    row0 = static_cast<int>(blockIdx.y);
+    expert = p.experts[row0];
+    count = 1;
+  } else {
+    if (static_cast<int>(blockIdx.y) >= *p.chunk_count) return;
+    const int4 chunk = p.chunks[blockIdx.y];
+    expert = chunk.x;
+    row0 = chunk.y;
+    count = chunk.z;
+  }
+  if (expert < 0 || expert >= p.num_experts) return;  // block-uniform; the combine skips such pairs
+
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int segments = static_cast<int>(blockDim.x) >> 5;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const bool second = n0 >= p.split;  // the block's stack
+  const WeightStack& w = second ? p.w[1] : p.w[0];
+  const int64_t stack_row0 = static_cast<int64_t>(expert) * w.rows - (second ? p.split : 0);
+  SegmentOperands<NT> op;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = n0 + g + 8 * h;
+    op.w_valid[h] = n < p.n_out;
+    const int64_t row = stack_row0 + (op.w_valid[h] ? n : n0);
+    op.w[h] = static_cast<const uint32_t*>(w.data) + row * w.row_stride;
+    op.first_group[h] = row * w.groups_per_row;
+  }
+  op.scales = w.scales;
+  op.biases = w.biases;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int m = nt * 8 + g;
+    op.x_valid[nt] = m < count;
+    const int row = row0 + (op.x_valid[nt] ? m : 0);
+    int64_t source = row;  // down: the pair's row of the gate/up output
+    if constexpr (!kDown) source = (p.m_tile == 1 ? row : p.sorted_pair[row]) / p.top_k;  // the pair's token
+    op.x[nt] = p.x + source * p.x_stride;
+  }
+  op.up_offset = kDown ? p.inter : 0;
+  op.k = p.k;
+  op.group_shift = p.group_shift;
+  op.scale_dtype = p.scale_dtype;
+  op.x_vec4 = p.x_vec4;
+  op.chunk_begin = segment_begin(warp, segments, p.k_chunks);
+  op.chunk_end = segment_begin(warp + 1, segments, p.k_chunks);
+  float acc[NT][4];
+  decode_segment<F, NT, kDown>(op, c, acc);
+
+  store_segment_sums<NT>(partial, warp, g, c, acc);
+  for (int i = static_cast<int>(threadIdx.x); i < NT * 8 * 16; i += static_cast<int>(blockDim.x)) {
+    const int m = i >> 4;
+    const int64_t n = n0 + (i & 15);
+    if (m < count && n < p.n_out)
+      p.out[static_cast<int64_t>(row0 + m) * p.out_stride + p.out_col0 + n] = segment_total<NT>(partial, segments, i);
+  }
+}
+
+// Enqueues expert_mma_kernel<F, NT, down> for p (p.segments and p.k_chunks set, grid_y block rows).
+template <class F>
+void launch_expert_mma_format(const ProjectionParams& p, bool down, int grid_y, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.n_out + 15) / 16), static_cast<unsigned>(grid_y));
+  const int nt = p.m_tile > 8 ? 4 : 1;
+  const size_t smem = sizeof(float) * static_cast<size_t>(p.segments) * 8 * nt * 16;
+  const unsigned threads = 32 * static_cast<unsigned>(p.segments);
+  if (nt == 1) {
+    if (down)
+      launch(expert_mma_kernel<F, 1, true>, grid, threads, smem, stream, p);
+    else
+      launch(expert_mma_kernel<F, 1, false>, grid, threads, smem, stream, p);
+  } else {
+    if (down)
+      launch(expert_mma_kernel<F, 4, true>, grid, threads, smem, stream, p);
+    else
+      launch(expert_mma_kernel<F, 4, false>, grid, threads, smem, stream, p);
+  }
+}
+
+}  // namespace lmx::cuda::moe
