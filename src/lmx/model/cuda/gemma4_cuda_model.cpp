@@ -404,6 +404,16 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
   float* x = w.x.as<float>();
   float* ffn = w.ffn.as<float>();
 
+  if (spec.moe) {
+    // The router and the experts read the residual stream itself, normed (one kernel for both inputs). The
+    // routing runs before the dense MLP, so that its expert ids are written two or more launches before the
+    // experts' first kernel, which then fetches their weights while the dense MLP finishes (ids_early).
+    cuda::moe_inputs(x, t, static_cast<int>(hidden), lw.router_scale.get(), 1.0f / std::sqrt(static_cast<float>(hidden)),
+                     lw.pre_feedforward_layernorm_2.get(), eps, w.routed.as<float>(), w.expert_in.as<float>(), s);
+    linear(lw.router_proj, w.routed.as<float>(), hidden, t, w.router_logits.as<float>(), config_.num_experts);
+    cuda::moe_route(w.router_logits.as<float>(), t, config_.num_experts, config_.top_k_experts,
+                    lw.router_per_expert_scale.get(), w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(), s);
+  }
   float* gate = w.gate.as<float>();
   if (lw.gate_up_proj.defined) {
     // One stacked projection: row r of `gate` holds gate(x) then up(x) — or, where the projection forms the
@@ -421,25 +431,18 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
     linear_gelu(lw.down_proj, gate, inter, w.up.as<float>(), inter, t, ffn, hidden);
   }
   if (spec.moe) {
-    // The router and the experts read the residual stream itself, normed (one kernel for both inputs); the
-    // experts' combine then norms their sum and the dense MLP's output and adds them into ffn.
-    float* routed = w.routed.as<float>();
-    float* expert_in = w.expert_in.as<float>();
-    cuda::moe_inputs(x, t, static_cast<int>(hidden), lw.router_scale.get(), 1.0f / std::sqrt(static_cast<float>(hidden)),
-                     lw.pre_feedforward_layernorm_2.get(), eps, routed, expert_in, s);
-    linear(lw.router_proj, routed, hidden, t, w.router_logits.as<float>(), config_.num_experts);
-    cuda::moe_route(w.router_logits.as<float>(), t, config_.num_experts, config_.top_k_experts,
-                    lw.router_per_expert_scale.get(), w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(), s);
+    // The experts' combine norms their sum and the dense MLP's output and adds them into ffn.
     cuda::MoeOutputNorms norms;
     norms.dense_out = ffn;
     norms.dense_norm = lw.post_feedforward_layernorm_1.get();
     norms.expert_norm = lw.post_feedforward_layernorm_2.get();
     norms.eps = eps;
+    float* expert_in = w.expert_in.as<float>();
     float* expert_out = w.expert_out.as<float>();
     if (lw.experts_down.quantized)
       cuda::quantized_moe_experts(expert_in, t, w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(),
                                   config_.top_k_experts, lw.experts_gate_up.packed, lw.experts_down.packed,
-                                  expert_out, ctx_, &norms);
+                                  expert_out, ctx_, &norms, /*ids_early=*/true);
     else
       cuda::dense_moe_experts(expert_in, t, w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(),
                               config_.top_k_experts, lw.experts_gate_up.dense, lw.experts_down.dense, expert_out, ctx_,

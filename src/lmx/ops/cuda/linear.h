@@ -106,9 +106,11 @@ struct MoeOutputNorms {
 // upload, join_expert_rows), down [E, H, I]; the projections on tensor cores with linear_tiles.cuh's
 // numerics (bf16 operands, f32 sums). x [T, H] f32 contiguous, out [T, H].
 // Expert ids are read from device memory (graph-safe); tokens are grouped by expert on the device.
+// ids_early: the caller wrote `experts` at least two kernel launches before this call, so the decode kernel may
+// read them (and start fetching the experts' weights) before waiting for the previous kernel (launch.cuh).
 void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
                            const DeviceQuantized& gate_up, const DeviceQuantized& down, float* out, CudaContext& ctx,
-                           const MoeOutputNorms* norms = nullptr);
+                           const MoeOutputNorms* norms = nullptr, bool ids_early = false);
 // Same for dense experts: gate_up [E, 2I, H] (first I rows gate, next I rows up), down [E, H, I].
 void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
                        const DeviceDense& gate_up, const DeviceDense& down, float* out, CudaContext& ctx,

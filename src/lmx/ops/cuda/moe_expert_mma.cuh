@@ -21,24 +21,15 @@
 
 namespace lmx::cuda::moe {
 
-// Warps per (pair, projection) that expert_segments aims for: 8 pairs of a decode step then run ~4096
-// warps, as the dense 4-bit decode does.
-constexpr int64_t kExpertTargetWarps = 512;
-
 // Segments per block at most: 8 warps (expert_segments), so that the kernel may use more than 128
 // registers (the 8-bit and packed formats spill at 128).
 constexpr int kMaxExpertSegments = 8;
 
-// Segments of K for a projection of n_out rows over k columns: ~kExpertTargetWarps / (row tiles), at least
+// Segments of K for a projection of n_out rows over k columns (moe_experts.cu): ~512 warps per (pair,
+// projection) — 8 pairs of a decode step then run ~4096 warps, as the dense 4-bit decode does — at least
 // two chunks each, at most kMaxExpertSegments. A function of the weights only (never of the tokens).
-inline int expert_segments(int64_t n_out, int64_t k) {
-  const int64_t chunks = (k + linear::kChunk - 1) / linear::kChunk;
-  const int64_t tiles = (n_out + 15) / 16;
-  int64_t s = (kExpertTargetWarps + tiles / 2) / tiles;
-  s = s < chunks / 2 ? s : chunks / 2;
-  s = s < kMaxExpertSegments ? s : kMaxExpertSegments;
-  return s < 1 ? 1 : static_cast<int>(s);
-}
+// LMX_MOE_TARGET_WARPS in the environment replaces the 512 (A/B runs; other segments, other bits).
+int expert_segments(int64_t n_out, int64_t k);
 
 template <class F, int NT, bool kDown>
 __global__ void __launch_bounds__(kMaxExpertSegments * 32) expert_mma_kernel(const ProjectionParams p) {

@@ -25,6 +25,7 @@
 #include "lmx/ops/cuda/moe_experts.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 
 namespace lmx::cuda {
@@ -115,6 +116,17 @@ int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts, bool tensor_co
 // used.
 int64_t chunk_bound(int64_t pairs, int m_tile, int num_experts) {
   return std::min(pairs, pairs / m_tile + std::min<int64_t>(num_experts, pairs));
+}
+
+int64_t target_warps() {
+  static const int64_t target = [] {
+    const char* v = std::getenv("LMX_MOE_TARGET_WARPS");
+    if (v == nullptr || *v == '\0') return int64_t{512};
+    const int64_t n = std::atoll(v);
+    LMX_REQUIRE(InvalidArgument, n >= 1 && n <= 65536, "LMX_MOE_TARGET_WARPS: unsupported value '{}'", v);
+    return n;
+  }();
+  return target;
 }
 
 size_t align256(size_t bytes) {
@@ -237,9 +249,22 @@ void check_shared_args(int64_t tokens, int top_k, int64_t num_experts, const cha
 
 }  // namespace
 
+namespace moe {
+
+int expert_segments(int64_t n_out, int64_t k) {
+  const int64_t chunks = (k + linear::kChunk - 1) / linear::kChunk;
+  const int64_t tiles = (n_out + 15) / 16;
+  int64_t s = (target_warps() + tiles / 2) / tiles;
+  s = std::min(s, chunks / 2);
+  s = std::min<int64_t>(s, kMaxExpertSegments);
+  return static_cast<int>(std::max<int64_t>(s, 1));
+}
+
+}  // namespace moe
+
 void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                            int top_k, const DeviceQuantized& gate_up, const DeviceQuantized& down, float* out,
-                           CudaContext& ctx, const MoeOutputNorms* norms) {
+                           CudaContext& ctx, const MoeOutputNorms* norms, bool ids_early) {
   constexpr const char* kOp = "cuda::quantized_moe_experts";
   check_quantized(gate_up, "gate_up");
   check_quantized(down, "down");
@@ -292,7 +317,7 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
       pairs.x_div = is_down ? 1 : p.top_k;
       pairs.x_stride = p.x_stride;
       pairs.out_stride = p.out_stride;
-      pairs.ids_early = is_down;
+      pairs.ids_early = is_down || ids_early;
       const linear::Problem q = pair_problem(w, p.x, p.x_stride, p.out);
       const bool gate_up_ok = linear::q4_gemv_plan(pair_problem(gate_up, x, hidden, p.out), true, grid_y).stages > 0;
       const bool down_ok = linear::q4_gemv_plan(pair_problem(down, p.out, 2 * inter, p.out), false, grid_y).stages > 0;
