@@ -660,9 +660,19 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
 //
 // xp [m][chunks][128] bf16: chunk j of row r holds, at 16 t + 8 p + 2 c + e, bf16(x[r, 128 j + pair_k(c,
 // 2t + p, e)]) (0 past k) — each mma step's B fragment as two 16-byte rows for ldmatrix.
+//
+// Gathered rows (the MoE's grouped prefill): row r of xp is x's row map[r] / div (a negative map entry: a
+// row of zeros), and with up_offset > 0 its values are gelu_tanh(x[k]) * x[k + up_offset] (the GeGLU of a
+// [gate | up] row, in f32 as the gelu_tanh_mul op computes it).
+struct XRows {
+  const int32_t* map = nullptr;  // null: row r is x's row r
+  int div = 1;
+  int64_t up_offset = 0;
+};
 
 template <class F>
-__global__ void prepare_x_kernel(const float* x, int64_t x_stride, int64_t k, int chunks, uint32_t* xp) {
+__global__ void prepare_x_kernel(const float* x, int64_t x_stride, int64_t k, int chunks, uint32_t* xp,
+                                 const XRows rows) {
   wait_for_prior_kernels();
   allow_next_kernel();
   const int64_t row = blockIdx.x;
@@ -672,11 +682,16 @@ __global__ void prepare_x_kernel(const float* x, int64_t x_stride, int64_t k, in
   const int q = static_cast<int>(pair & 63);
   const int t = q >> 3, half = (q >> 2) & 1, c = q & 3;
   const int P = 2 * t + half;
-  const float* xr = x + row * x_stride + j * kChunk;
-  const int64_t k_left = k - j * kChunk;
+  int64_t source = row;
+  if (rows.map != nullptr) source = rows.map[row] < 0 ? -1 : rows.map[row] / rows.div;
+  const float* xr = x + source * x_stride + j * kChunk;
+  const int64_t k_left = source < 0 ? 0 : k - j * kChunk;
   const int k0 = pair_k<F>(c, P, 0), k1 = pair_k<F>(c, P, 1);
-  const float lo = k0 < k_left ? xr[k0] : 0.0f, hi = k1 < k_left ? xr[k1] : 0.0f;
-  xp[(row * chunks + j) * 64 + q] = pack_bf16x2(lo, hi);
+  auto value = [&](int kk) {
+    if (kk >= k_left) return 0.0f;
+    return rows.up_offset > 0 ? detail::gelu_tanh_mul(xr[kk], xr[kk + rows.up_offset]) : xr[kk];
+  };
+  xp[(row * chunks + j) * 64 + q] = pack_bf16x2(value(k0), value(k1));
 }
 
 // ---- Prefill kernel --------------------------------------------------------------------------------------
@@ -716,9 +731,12 @@ __device__ __forceinline__ uint32_t a_smem_offset(int row, int unit_or_word) {
   }
 }
 
+// The block's tile: weight rows from expert_row0 + row_tile (expert_row0: the expert's first row in a stack;
+// 0 for a plain weight), x rows [tok_tile, m_end) of the tile's 128.
 template <class F>
-__device__ __forceinline__ void prefill_load_stage(const Problem& p, const uint32_t* xp, int64_t row_tile,
-                                                   int64_t tok_tile, int chunk, uint32_t stage) {
+__device__ __forceinline__ void prefill_load_stage(const Problem& p, const uint32_t* xp, int64_t expert_row0,
+                                                   int64_t row_tile, int64_t tok_tile, int64_t m_end, int chunk,
+                                                   uint32_t stage) {
   using C = PrefillConfig<F>;
   const int tid = threadIdx.x;
   // A: raw weight words.
@@ -733,7 +751,7 @@ __device__ __forceinline__ void prefill_load_stage(const Problem& p, const uint3
       const int r = i / kUnits, q = i % kUnits;
       const int64_t row = row_tile + r;
       const bool valid = row < p.n && static_cast<int64_t>(chunk) * kChunk + q * kColsPerUnit < p.k;
-      const uint32_t* src = p.weight + (valid ? row * p.row_words + chunk_word + 4 * q : 0);
+      const uint32_t* src = p.weight + (valid ? (expert_row0 + row) * p.row_words + chunk_word + 4 * q : 0);
       cp_async<16>(stage + a_smem_offset<F>(r, q), src, valid);
     }
   } else {
@@ -745,7 +763,7 @@ __device__ __forceinline__ void prefill_load_stage(const Problem& p, const uint3
       const int r = i / kWordsPerRow, q = i % kWordsPerRow;
       const int64_t row = row_tile + r;
       const bool valid = row < p.n && chunk_word + q < p.row_words;
-      const uint32_t* src = p.weight + (valid ? row * p.row_words + chunk_word + q : 0);
+      const uint32_t* src = p.weight + (valid ? (expert_row0 + row) * p.row_words + chunk_word + q : 0);
       cp_async<4>(stage + a_smem_offset<F>(r, q), src, valid);
     }
   }
@@ -756,7 +774,7 @@ __device__ __forceinline__ void prefill_load_stage(const Problem& p, const uint3
     const int i = tid + it * 256;
     const int r = i >> 4, q = i & 15;
     const int64_t token = tok_tile + r;
-    const bool valid = token < p.m;
+    const bool valid = token < m_end;
     const uint32_t* src = xp + (valid ? (token * p.chunks + chunk) * 64 + q * 4 : 0);
     cp_async<16>(b_stage + r * 256 + ((q ^ (r & 7)) << 4), src, valid);
   }
@@ -775,10 +793,29 @@ __device__ __forceinline__ void load_raw_smem(const unsigned char* stage_ptr, in
   }
 }
 
+// The MoE's grouped prefill: blockIdx.x indexes chunks[] ({expert, first row, rows}: up to 128 x rows of one
+// expert, x rows and output rows indexed by those rows); blocks past *chunk_count exit. The weight is a stack
+// of p.n-row experts.
+struct PrefillChunks {
+  const int4* chunks = nullptr;  // null: a plain projection
+  const int* chunk_count = nullptr;
+  int experts = 0;
+};
+
 template <class F, bool kSplit>
-__global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p, const uint32_t* xp) {
+__global__ void __launch_bounds__(256, 1)
+    linear_prefill_kernel(const Problem p, const uint32_t* xp, const PrefillChunks grouped) {
   wait_for_prior_kernels();
   allow_next_kernel();
+  int64_t tok_tile = static_cast<int64_t>(blockIdx.x) * kTileM, m_end = p.m, expert_row0 = 0;
+  if (grouped.chunks != nullptr) {
+    if (static_cast<int>(blockIdx.x) >= *grouped.chunk_count) return;
+    const int4 chunk = grouped.chunks[blockIdx.x];
+    if (chunk.x < 0 || chunk.x >= grouped.experts) return;  // (block-uniform)
+    expert_row0 = static_cast<int64_t>(chunk.x) * p.n;
+    tok_tile = chunk.y;
+    m_end = static_cast<int64_t>(chunk.y) + chunk.z;
+  }
   using C = PrefillConfig<F, kSplit>;
   constexpr int kStages = C::kStages;
   constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
@@ -786,7 +823,6 @@ __global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p,
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int warp_n = warp & 3, warp_m = warp >> 2;
-  const int64_t tok_tile = static_cast<int64_t>(blockIdx.x) * kTileM;
   const int64_t row_tile = static_cast<int64_t>(blockIdx.y) * kTileN;
   const uint32_t smem_base = smem_address(smem);
 
@@ -811,7 +847,8 @@ __global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p,
   const int chunks = p.chunks;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < chunks) prefill_load_stage<F>(p, xp, row_tile, tok_tile, s, smem_base + s * C::kStageBytes);
+    if (s < chunks)
+      prefill_load_stage<F>(p, xp, expert_row0, row_tile, tok_tile, m_end, s, smem_base + s * C::kStageBytes);
     cp_async_commit();
   }
 
@@ -821,7 +858,8 @@ __global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p,
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) load_slot_scales<F>(p, rows[mt][h], row_ok[mt][h], 0, c, k_left, sc[mt][h], bi[mt][h]);
+      for (int h = 0; h < 2; ++h)
+        load_slot_scales<F>(p, expert_row0 + rows[mt][h], row_ok[mt][h], 0, c, k_left, sc[mt][h], bi[mt][h]);
   }
 
   int segment = 0;
@@ -836,7 +874,8 @@ __global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p,
     {
       const int next = j + kStages - 1;
       if (next < chunks)
-        prefill_load_stage<F>(p, xp, row_tile, tok_tile, next, smem_base + (next % kStages) * C::kStageBytes);
+        prefill_load_stage<F>(p, xp, expert_row0, row_tile, tok_tile, m_end, next,
+                              smem_base + (next % kStages) * C::kStageBytes);
       cp_async_commit();
     }
     // Scales of the next chunk, loaded while this one computes.
@@ -847,7 +886,8 @@ __global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p,
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          load_slot_scales<F>(p, rows[mt][h], row_ok[mt][h], j + 1, c, k_left, sc_next[mt][h], bi_next[mt][h]);
+          load_slot_scales<F>(p, expert_row0 + rows[mt][h], row_ok[mt][h], j + 1, c, k_left, sc_next[mt][h],
+                              bi_next[mt][h]);
     }
 
     const int stage = j % kStages;
@@ -937,7 +977,7 @@ __global__ void __launch_bounds__(256, 1) linear_prefill_kernel(const Problem p,
           v = acc[mt][nt][i];
         const int64_t tk = token + (i & 1);
         const int h = i >> 1;
-        if (tk < p.m && row_ok[mt][h]) p.out[tk * p.out_stride + rows[mt][h]] = v;
+        if (tk < m_end && row_ok[mt][h]) p.out[tk * p.out_stride + rows[mt][h]] = v;
       }
     }
 }
@@ -955,6 +995,11 @@ bool launch_decode_geglu(const Problem& p, cudaStream_t stream);
 size_t prefill_scratch_bytes(const Problem& p);
 // Enqueues x preparation into `xp` (prefill_scratch_bytes) and the prefill kernel.
 void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream);
+// The MoE's grouped prefill (quantized_gemm.cu): p.weight a stack of p.n-row experts, p.m the pair rows,
+// x rows gathered by `rows` into xp, then the prefill kernel over up to max_chunks chunks of `grouped`
+// (each up to kTileM rows of one expert); out rows are pair rows.
+void launch_prefill_grouped(const Problem& p, const XRows& rows, const PrefillChunks& grouped, int max_chunks,
+                            uint32_t* xp, cudaStream_t stream);
 // Fills in the derived fields (chunks, segments, x_vec4; quantized_linear.cu). Needs p.n, p.k, p.m > 0.
 void complete(Problem& p);
 // complete(), then the decode or the prefill path.

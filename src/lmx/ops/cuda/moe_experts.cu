@@ -87,6 +87,9 @@ __global__ void __launch_bounds__(kGroupThreads)
     if (tid == 0) *chunk_count = chunks_carry;
   }
   __syncthreads();
+  // Rows past those in use belong to no chunk (the grouped prefill's x preparation reads every row).
+  const int rows_used = fill[num_experts - 1] + count[num_experts - 1];
+  for (int i = rows_used + tid; i < pairs; i += kGroupThreads) sorted_pair[i] = -1;
   for (int e = tid; e < num_experts; e += kGroupThreads) {
     const int c = count[e], first_row = fill[e], first_chunk = chunk_first[e];
     for (int j = 0; j * m_tile < c; ++j)
@@ -104,11 +107,13 @@ __global__ void __launch_bounds__(kGroupThreads)
 }
 
 // Rows per chunk for a pass of `tokens` tokens: 1 (ungrouped) while few pairs share an expert; then, for
-// the tensor-core kernel, 8 (one mma column tile) or 32 pairs (four), for the dense kernel 4 or 8.
+// the tensor-core kernels, 8 (one mma column tile of expert_mma_kernel) or, from 4 pairs per expert on
+// average, kGroupedGemmRows (the prefill GEMM's tile); for the dense kernel 4 or 8.
+constexpr int kGroupedGemmRows = static_cast<int>(linear::kTileM);
 int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts, bool tensor_cores) {
   if (tokens <= 4 || 2 * pairs <= num_experts) return 1;
   const bool few = pairs <= 4 * static_cast<int64_t>(num_experts);
-  if (tensor_cores) return few ? 8 : 32;
+  if (tensor_cores) return few ? 8 : kGroupedGemmRows;
   return few ? 4 : 8;
 }
 
@@ -175,6 +180,7 @@ void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, c
     p.chunk_count = chunk_count;
     p.sorted_pair = sorted_pair;
     p.m_tile = m_tile;
+    p.pairs = static_cast<int>(pairs);
 
     ProjectionParams gate_up = p;
     gate_up.k = hidden;
@@ -326,6 +332,25 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
         LMX_REQUIRE(Error, launched, "{}: the batch-1 4-bit kernel refused a planned projection", kOp);
         return;
       }
+    }
+    if (m_tile == kGroupedGemmRows) {
+      // Many pairs per expert: the prefill GEMM over chunks of up to 128 pairs of one expert, x gathered
+      // (gate/up: the pairs' token rows; down: the GeGLU of each pair's gate/up row) into bf16 tiles.
+      linear::Problem q = pair_problem(w, p.x, p.x_stride, p.out);
+      q.format = !detail::aligned16(w.codes) ? linear::WeightFormat::kPacked
+                 : w.bits == 4               ? linear::WeightFormat::kQ4
+                 : w.bits == 8               ? linear::WeightFormat::kQ8
+                                             : linear::WeightFormat::kPacked;
+      q.m = p.pairs;
+      q.out_stride = p.out_stride;
+      linear::XRows rows;
+      rows.map = is_down ? nullptr : p.sorted_pair;
+      rows.div = p.top_k;
+      rows.up_offset = is_down ? inter : 0;
+      linear::PrefillChunks grouped{p.chunks, p.chunk_count, p.num_experts};
+      auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, linear::prefill_scratch_bytes(q)));
+      linear::launch_prefill_grouped(q, rows, grouped, grid_y, xp, ctx.stream());
+      return;
     }
     p.w[0] = p.w[1] = is_down ? down_s : gate_up_s;
     p.n_out = p.split = w.rows;

@@ -84,6 +84,7 @@ struct ProjectionParams {
   const int* chunk_count = nullptr;
   const int32_t* sorted_pair = nullptr;
   int m_tile = 1;  // pairs per chunk (1: ungrouped)
+  int pairs = 0;   // (token, slot) pairs of the pass
   // Tensor-core kernel only (moe_expert_mma.cuh): K's 128-column chunks and their split into segments
   // (expert_segments), and whether the x rows (and, for down, their up halves) allow 16-byte loads.
   int k_chunks = 0;

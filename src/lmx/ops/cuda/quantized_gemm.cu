@@ -7,24 +7,47 @@
 namespace lmx::cuda::linear {
 namespace {
 
+// grid_x: x-row tiles (plain) or the chunk bound (grouped).
 template <class F, bool kSplit>
-void prefill_kernel(const Problem& p, const uint32_t* xp, cudaStream_t stream) {
+void prefill_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
+                    cudaStream_t stream) {
   constexpr int kSmem = PrefillConfig<F, kSplit>::kSmemBytes;
   // Per call (cheap, host-side) so that every device the process uses gets the attribute.
   LMX_CUDA_CHECK(cudaFuncSetAttribute(linear_prefill_kernel<F, kSplit>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const dim3 grid(static_cast<unsigned>((p.m + kTileM - 1) / kTileM), static_cast<unsigned>((p.n + kTileN - 1) / kTileN));
-  launch(linear_prefill_kernel<F, kSplit>, grid, 256, kSmem, stream, p, xp);
+  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>((p.n + kTileN - 1) / kTileN));
+  launch(linear_prefill_kernel<F, kSplit>, grid, 256, kSmem, stream, p, xp, grouped);
 }
 
 template <class F>
-void prefill(const Problem& p, uint32_t* xp, cudaStream_t stream) {
+void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& grouped, int64_t grid_x,
+             cudaStream_t stream) {
   const dim3 prep_grid(static_cast<unsigned>(p.m), static_cast<unsigned>((p.chunks * 64 + 255) / 256));
-  launch(prepare_x_kernel<F>, prep_grid, 256, 0, stream, p.x, p.x_stride, p.k, p.chunks, xp);
+  launch(prepare_x_kernel<F>, prep_grid, 256, 0, stream, p.x, p.x_stride, p.k, p.chunks, xp, rows);
   if (p.segments > 1)
-    prefill_kernel<F, true>(p, xp, stream);
+    prefill_kernel<F, true>(p, xp, grouped, grid_x, stream);
   else
-    prefill_kernel<F, false>(p, xp, stream);
+    prefill_kernel<F, false>(p, xp, grouped, grid_x, stream);
+}
+
+// prefill<F> for the problem's format.
+void prefill_any(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& grouped, int64_t grid_x,
+                 cudaStream_t stream) {
+  auto run = [&](auto f) { prefill<decltype(f)>(p, xp, rows, grouped, grid_x, stream); };
+  switch (p.format) {
+    case WeightFormat::kDenseBf16: return run(FormatDense{});
+    case WeightFormat::kQ4: return with_q4_format(p, run);
+    case WeightFormat::kQ8: return with_scale_type<FormatQ8>(p, run);
+    case WeightFormat::kPacked:
+      switch (p.bits) {
+        case 2: return run(FormatPacked<2>{});
+        case 3: return run(FormatPacked<3>{});
+        case 4: return run(FormatPacked<4>{});
+        case 5: return run(FormatPacked<5>{});
+        case 6: return run(FormatPacked<6>{});
+        default: return run(FormatPacked<8>{});
+      }
+  }
 }
 
 }  // namespace
@@ -34,20 +57,12 @@ size_t prefill_scratch_bytes(const Problem& p) {
 }
 
 void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream) {
-  switch (p.format) {
-    case WeightFormat::kDenseBf16: return prefill<FormatDense>(p, xp, stream);
-    case WeightFormat::kQ4: return with_q4_format(p, [&](auto f) { prefill<decltype(f)>(p, xp, stream); });
-    case WeightFormat::kQ8: return with_scale_type<FormatQ8>(p, [&](auto f) { prefill<decltype(f)>(p, xp, stream); });
-    case WeightFormat::kPacked:
-      switch (p.bits) {
-        case 2: return prefill<FormatPacked<2>>(p, xp, stream);
-        case 3: return prefill<FormatPacked<3>>(p, xp, stream);
-        case 4: return prefill<FormatPacked<4>>(p, xp, stream);
-        case 5: return prefill<FormatPacked<5>>(p, xp, stream);
-        case 6: return prefill<FormatPacked<6>>(p, xp, stream);
-        default: return prefill<FormatPacked<8>>(p, xp, stream);
-      }
-  }
+  prefill_any(p, xp, XRows{}, PrefillChunks{}, (p.m + kTileM - 1) / kTileM, stream);
+}
+
+void launch_prefill_grouped(const Problem& p, const XRows& rows, const PrefillChunks& grouped, int max_chunks,
+                            uint32_t* xp, cudaStream_t stream) {
+  prefill_any(p, xp, rows, grouped, max_chunks, stream);
 }
 
 }  // namespace lmx::cuda::linear
