@@ -24,6 +24,7 @@
 #include "lmx/ops/cuda/activation_math.cuh"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/quant_codes.cuh"
 
 #include <cuda_bf16.h>
@@ -1000,6 +1001,12 @@ void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream);
 // (each up to kTileM rows of one expert); out rows are pair rows.
 void launch_prefill_grouped(const Problem& p, const XRows& rows, const PrefillChunks& grouped, int max_chunks,
                             uint32_t* xp, cudaStream_t stream);
+// A quantized weight's problem (quantized_linear.cu): the weight format from its bits and the alignment of
+// its codes (FormatQ4 / FormatQ8 for 16-byte aligned 4- and 8-bit codes, else FormatPacked), its fields,
+// x [m, k] with row stride x_stride and out with out_stride; the derived fields are left to complete().
+// For a stack (w.batch > 1), n is the rows of one matrix.
+Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
+                          int64_t out_stride);
 // Fills in the derived fields (chunks, segments, x_vec4; quantized_linear.cu). Needs p.n, p.k, p.m > 0.
 void complete(Problem& p);
 // complete(), then the decode or the prefill path.

@@ -37,19 +37,8 @@ __global__ void __launch_bounds__(kMaxExpertSegments * 32) expert_mma_kernel(con
   wait_for_prior_kernels();
   allow_next_kernel();
   extern __shared__ float partial[];  // [segments][8 NT pairs][16 rows]
-  // The block's pairs: rows [row0, row0 + count) of the pair-row space, all of expert `expert`.
   int expert, row0, count;
-  if (p.m_tile == 1) {
-    row0 = static_cast<int>(blockIdx.y);
-    expert = p.experts[row0];
-    count = 1;
-  } else {
-    if (static_cast<int>(blockIdx.y) >= *p.chunk_count) return;
-    const int4 chunk = p.chunks[blockIdx.y];
-    expert = chunk.x;
-    row0 = chunk.y;
-    count = chunk.z;
-  }
+  if (!block_pairs(p, p.m_tile == 1, expert, row0, count)) return;
   if (expert < 0 || expert >= p.num_experts) return;  // block-uniform; the combine skips such pairs
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;

@@ -283,30 +283,14 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
   if (tokens == 0) return;
 
   const WeightStack gate_up_s = quantized_stack(gate_up), down_s = quantized_stack(down);
-  // A projection as a linear_tiles.cuh problem over one expert's matrix (the stack's first), for the
-  // batch-1 4-bit kernel's gathered GEMVs; segments as the grouped kernel's.
-  auto pair_problem = [&](const DeviceQuantized& w, const float* in, int64_t in_stride, float* result) {
-    linear::Problem q;
-    q.format = linear::WeightFormat::kQ4;
-    q.bits = w.bits;
-    q.group_shift = log2_group_size(w.group_size);
-    q.scale_dtype = w.scale_dtype;
-    q.weight = static_cast<const uint32_t*>(w.codes);
-    q.scales = w.scales;
-    q.biases = w.biases;
-    q.small_scales = w.small_scales;
-    q.n = w.rows;
-    q.k = w.cols;
-    q.row_words = w.cols * w.bits / 32;
-    q.groups_per_row = w.cols / w.group_size;
+  // A projection as a linear_tiles.cuh problem over one expert's matrix (the stack's first), segments as
+  // expert_mma_kernel's: for the batch-1 4-bit kernel's gathered GEMVs and the grouped prefill GEMM.
+  auto pair_problem = [&](const DeviceQuantized& w, const float* in, int64_t in_stride, int64_t m, float* result,
+                          int64_t result_stride) {
+    linear::Problem q = linear::quantized_problem(in, in_stride, m, w, result, result_stride);
     q.chunks = static_cast<int>((q.k + linear::kChunk - 1) / linear::kChunk);
     q.segments = moe::expert_segments(q.n, q.k);
-    q.x = in;
-    q.x_stride = in_stride;
-    q.m = 1;
     q.x_vec4 = detail::aligned16(in) && in_stride % 4 == 0;
-    q.out = result;
-    q.out_stride = w.rows;
     return q;
   };
   const bool q4 = gate_up.bits == 4 && down.bits == 4 && detail::aligned16(gate_up.codes) &&
@@ -324,9 +308,11 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
       pairs.x_stride = p.x_stride;
       pairs.out_stride = p.out_stride;
       pairs.ids_early = is_down || ids_early;
-      const linear::Problem q = pair_problem(w, p.x, p.x_stride, p.out);
-      const bool gate_up_ok = linear::q4_gemv_plan(pair_problem(gate_up, x, hidden, p.out), true, grid_y).stages > 0;
-      const bool down_ok = linear::q4_gemv_plan(pair_problem(down, p.out, 2 * inter, p.out), false, grid_y).stages > 0;
+      const linear::Problem q = pair_problem(w, p.x, p.x_stride, 1, p.out, p.out_stride);
+      const bool gate_up_ok =
+          linear::q4_gemv_plan(pair_problem(gate_up, x, hidden, 1, p.out, 2 * inter), true, grid_y).stages > 0;
+      const bool down_ok =
+          linear::q4_gemv_plan(pair_problem(down, p.out, 2 * inter, 1, p.out, hidden), false, grid_y).stages > 0;
       if (gate_up_ok && down_ok) {
         const bool launched = linear::launch_decode_pairs(q, pairs, grid_y, !is_down, ctx.stream());
         LMX_REQUIRE(Error, launched, "{}: the batch-1 4-bit kernel refused a planned projection", kOp);
@@ -336,13 +322,7 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
     if (m_tile == kGroupedGemmRows) {
       // Many pairs per expert: the prefill GEMM over chunks of up to 128 pairs of one expert, x gathered
       // (gate/up: the pairs' token rows; down: the GeGLU of each pair's gate/up row) into bf16 tiles.
-      linear::Problem q = pair_problem(w, p.x, p.x_stride, p.out);
-      q.format = !detail::aligned16(w.codes) ? linear::WeightFormat::kPacked
-                 : w.bits == 4               ? linear::WeightFormat::kQ4
-                 : w.bits == 8               ? linear::WeightFormat::kQ8
-                                             : linear::WeightFormat::kPacked;
-      q.m = p.pairs;
-      q.out_stride = p.out_stride;
+      const linear::Problem q = pair_problem(w, p.x, p.x_stride, p.pairs, p.out, p.out_stride);
       linear::XRows rows;
       rows.map = is_down ? nullptr : p.sorted_pair;
       rows.div = p.top_k;

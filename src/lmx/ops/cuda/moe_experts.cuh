@@ -151,6 +151,25 @@ constexpr int min_blocks() {
   return M == 1 ? 1 : 2;
 }
 
+// The pairs of block row blockIdx.y: rows [row0, row0 + count) of the pair-row space, all of expert `expert`:
+// one pair (ungrouped: the block row is the pair) or a chunk of the grouping. False for a block past the
+// chunk count.
+__device__ __forceinline__ bool block_pairs(const ProjectionParams& p, bool ungrouped, int& expert, int& row0,
+                                            int& count) {
+  if (ungrouped) {
+    row0 = static_cast<int>(blockIdx.y);
+    expert = p.experts[row0];
+    count = 1;
+    return true;
+  }
+  if (static_cast<int>(blockIdx.y) >= *p.chunk_count) return false;
+  const int4 chunk = p.chunks[blockIdx.y];
+  expert = chunk.x;
+  row0 = chunk.y;
+  count = chunk.z;
+  return true;
+}
+
 template <class W, int M, int R, int LANES, bool kDown, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads, min_blocks<M>())
     expert_projection_kernel(const ProjectionParams p) {
@@ -172,19 +191,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<M>())
   int64_t* src_offset = reinterpret_cast<int64_t*>(smem_raw);
   float* xs = reinterpret_cast<float*>(smem_raw + (M + 1) / 2);
 
-  // The block's pairs: rows [row0, row0 + count) of the pair-row space, all of expert `expert`.
   int expert, row0, count;
-  if constexpr (M == 1) {
-    row0 = static_cast<int>(blockIdx.y);
-    expert = p.experts[row0];
-    count = 1;
-  } else {
-    if (static_cast<int>(blockIdx.y) >= *p.chunk_count) return;
-    const int4 chunk = p.chunks[blockIdx.y];
-    expert = chunk.x;
-    row0 = chunk.y;
-    count = chunk.z;
-  }
+  if (!block_pairs(p, M == 1, expert, row0, count)) return;
   if (expert < 0 || expert >= p.num_experts) {  // block-uniform; the combine skips such pairs
     if constexpr (kEarly) wait_for_prior_kernels();  // (a kernel never completes before the previous one)
     return;

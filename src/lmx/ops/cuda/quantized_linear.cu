@@ -34,35 +34,13 @@ void run(Problem p, CudaContext& ctx) {
   launch_decode(p, ctx.stream());
 }
 
-}  // namespace linear
-
-namespace {
-
-// The checks every quantized projection makes; `op` names the caller in the message.
-void check_quantized(const char* op, const DeviceQuantized& w, int64_t x_stride, int64_t m, int64_t out_stride) {
-  const bool bits_ok = w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8;
-  const bool group_ok = w.group_size == 32 || w.group_size == 64 || w.group_size == 128;
-  LMX_REQUIRE(InvalidArgument, bits_ok && group_ok, "{}: unsupported bits {} / group size {}", op, w.bits,
-              w.group_size);
-  LMX_REQUIRE(InvalidArgument, w.batch == 1, "{}: weight batch must be 1, got {}", op, w.batch);
-  LMX_REQUIRE(InvalidArgument, w.rows >= 0 && w.cols > 0 && w.cols % w.group_size == 0,
-              "{}: weight [{}, {}] columns must be a positive multiple of the group size {}", op, w.rows, w.cols,
-              w.group_size);
-  LMX_REQUIRE(InvalidArgument,
-              w.scale_dtype == DType::kBF16 || w.scale_dtype == DType::kF16 || w.scale_dtype == DType::kF32,
-              "{}: scale dtype must be bf16, f16 or f32", op);
-  LMX_REQUIRE(InvalidArgument, m >= 0 && x_stride >= w.cols && out_stride >= w.rows,
-              "{}: M {} with x stride {} (K {}) and out stride {} (N {})", op, m, x_stride, w.cols, out_stride,
-              w.rows);
-}
-
-linear::Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
-                                  int64_t out_stride) {
-  linear::Problem p;
+Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
+                          int64_t out_stride) {
+  Problem p;
   const bool aligned = detail::aligned16(w.codes);
-  p.format = aligned && w.bits == 4   ? linear::WeightFormat::kQ4
-             : aligned && w.bits == 8 ? linear::WeightFormat::kQ8
-                                        : linear::WeightFormat::kPacked;
+  p.format = aligned && w.bits == 4   ? WeightFormat::kQ4
+             : aligned && w.bits == 8 ? WeightFormat::kQ8
+                                        : WeightFormat::kPacked;
   p.bits = w.bits;
   p.group_shift = log2_group_size(w.group_size);
   p.scale_dtype = w.scale_dtype;
@@ -87,13 +65,35 @@ linear::Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, c
   return p;
 }
 
+}  // namespace linear
+
+namespace {
+
+// The checks every quantized projection makes; `op` names the caller in the message.
+void check_quantized(const char* op, const DeviceQuantized& w, int64_t x_stride, int64_t m, int64_t out_stride) {
+  const bool bits_ok = w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8;
+  const bool group_ok = w.group_size == 32 || w.group_size == 64 || w.group_size == 128;
+  LMX_REQUIRE(InvalidArgument, bits_ok && group_ok, "{}: unsupported bits {} / group size {}", op, w.bits,
+              w.group_size);
+  LMX_REQUIRE(InvalidArgument, w.batch == 1, "{}: weight batch must be 1, got {}", op, w.batch);
+  LMX_REQUIRE(InvalidArgument, w.rows >= 0 && w.cols > 0 && w.cols % w.group_size == 0,
+              "{}: weight [{}, {}] columns must be a positive multiple of the group size {}", op, w.rows, w.cols,
+              w.group_size);
+  LMX_REQUIRE(InvalidArgument,
+              w.scale_dtype == DType::kBF16 || w.scale_dtype == DType::kF16 || w.scale_dtype == DType::kF32,
+              "{}: scale dtype must be bf16, f16 or f32", op);
+  LMX_REQUIRE(InvalidArgument, m >= 0 && x_stride >= w.cols && out_stride >= w.rows,
+              "{}: M {} with x stride {} (K {}) and out stride {} (N {})", op, m, x_stride, w.cols, out_stride,
+              w.rows);
+}
+
 }  // namespace
 
 void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
                       int64_t out_stride, CudaContext& ctx) {
   check_quantized("quantized_linear", w, x_stride, m, out_stride);
   if (m == 0 || w.rows == 0) return;
-  linear::run(quantized_problem(x, x_stride, m, w, out, out_stride), ctx);
+  linear::run(linear::quantized_problem(x, x_stride, m, w, out, out_stride), ctx);
 }
 
 void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t m,
@@ -102,7 +102,7 @@ void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, in
   LMX_REQUIRE(InvalidArgument, up_stride >= w.cols, "quantized_linear_gelu: up stride {} below K {}", up_stride,
               w.cols);
   if (m == 0 || w.rows == 0) return;
-  linear::Problem p = quantized_problem(gate, gate_stride, m, w, out, out_stride);
+  linear::Problem p = linear::quantized_problem(gate, gate_stride, m, w, out, out_stride);
   linear::complete(p);
   if (linear::q4_gemv_applies(p) && detail::aligned16(up)) {  // (then M == 1: the decode path)
     linear::launch_decode(p, ctx.stream(), up);
@@ -117,7 +117,7 @@ bool quantized_linear_geglu(const float* x, int64_t x_stride, int64_t m, const D
                             CudaContext& ctx) {
   check_quantized("quantized_linear_geglu", w, x_stride, m, w.rows);
   if (m != 1 || w.rows % 2 != 0 || w.rows / 2 < kGegluMinRows) return false;
-  linear::Problem p = quantized_problem(x, x_stride, m, w, out, w.rows);
+  linear::Problem p = linear::quantized_problem(x, x_stride, m, w, out, w.rows);
   linear::complete(p);
   return linear::launch_decode_geglu(p, ctx.stream());
 }
