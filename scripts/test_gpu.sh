@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU test suite (needs an NVIDIA GPU): every CUDA kernel against its CPU reference, the CUDA model
 # against the transformers goldens and the CPU, batch invariance on the GPU; then the quantized
-# projection tests again with each plan of the batch-1 4-bit kernel forced (ring depth LMX_Q4_STAGES,
+# projection and MoE expert tests again with each plan of the batch-1 4-bit kernel forced (ring depth LMX_Q4_STAGES,
 # rows per warp LMX_Q4_TILES, blocks per row tile LMX_Q4_SPLIT), since a run picks one plan per shape. Optionally under compute-sanitizer memcheck.
 # Usage: scripts/test_gpu.sh [--memcheck] [gtest args...]   (gtest args: the first pass only)
 # On the GPU machine with a bundle from scripts/device_bundle.sh: scripts/device_run.sh scripts/test_gpu.sh
@@ -20,7 +20,7 @@ for stages in 2 4; do
     for split in 1 2; do
       echo "== batch-1 4-bit kernel with LMX_Q4_STAGES=$stages LMX_Q4_TILES=$tiles LMX_Q4_SPLIT=$split"
       LMX_Q4_STAGES=$stages LMX_Q4_TILES=$tiles LMX_Q4_SPLIT=$split "${runner[@]}" "$binary" \
-        --gtest_filter='CudaLinear.Quantized*' --gtest_brief=1
+        --gtest_filter='CudaLinear.Quantized*:CudaMoeTest.Quantized*' --gtest_brief=1
     done
   done
 done
