@@ -23,6 +23,8 @@
 //   gate rows 16 b .. 16 b + 15 and its tile 1 the up rows I + 16 b .., and the block writes gelu_tanh(gate)
 //   * up for its 16 rows into out[0, I) (the gelu_tanh_mul op's bits on the projection's bits). The GeGLU is
 //   then formed once, not by every block of the down projection that reads it (160 times for E4B).
+// - with Q4Pairs (the MoE decode, moe_experts.cu) blockIdx.z is a (token, slot) pair: the weight is its
+//   expert's matrix of a stack, x and out its rows; a pair's outputs are the plain projection's bits.
 // Shared memory: the segment partials ([segments][16 kTiles] f32), then per warp: the weight ring
 // ([kStages][tile][half][lane] 16 bytes), the staged x, the scale and the bias windows
 // ([16 kTiles rows][scale_words] words each); q4_gemv_smem_bytes. The kernel's limits are the

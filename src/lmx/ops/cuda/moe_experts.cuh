@@ -25,7 +25,6 @@
 
 #include "lmx/core/dtype.h"
 #include "lmx/ops/cuda/activation_math.cuh"
-#include "lmx/ops/cuda/quant_codes.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear.h"
 
@@ -395,7 +394,7 @@ void launch_format(const ProjectionParams& p, bool down, int m_tile, int grid_y,
     launch_for_format<W, false>(p, m_tile, grid_y, stream);
 }
 
-// ---- Entry points (moe_quantized.cu, moe_quantized_generic.cu, moe_dense.cu) ------------------------
+// ---- Entry points (moe_quantized.cu, moe_quantized_packed.cu, moe_dense.cu) -------------------------
 
 // Enqueues one quantized projection (gate/up when !down, else down) on tensor cores: p complete (its m_tile
 // 1, 8 or 32 — 1 = ungrouped, grid_y pairs; otherwise grid_y bounds the chunk count — and its segments).

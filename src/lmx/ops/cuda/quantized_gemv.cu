@@ -1,6 +1,7 @@
 // Decode path of the tensor-core projections (dense bf16 and quantized): linear_decode_kernel for every
 // weight format, 8, 16 or 32 x rows per block (linear_tiles.cuh); 4-bit weights at batch 1 run
-// q4_gemv_kernel (linear_decode_q4.cuh), which computes the same bits faster (and can take a GeGLU input).
+// q4_gemv_kernel (linear_decode_q4.cuh), which computes the same bits faster (and can take a GeGLU input,
+// form a GeGLU output, or run the MoE decode's gathered GEMVs).
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_decode_q4.cuh"
@@ -21,8 +22,6 @@ void decode_rows(const Problem& p, cudaStream_t stream) {
   launch(linear_decode_kernel<F, NT>, grid, 32 * p.segments, smem, stream, p);
 }
 
-// q4_gemv_kernel for one plan; the shared-memory opt-in per call (cheap, host-side), so that every device
-// the process uses gets it.
 // What a q4_gemv_kernel launch reads besides the problem: the GeGLU input's up half, and the pairs of
 // gathered GEMVs (pair_count blocks in z).
 struct Q4Call {
@@ -31,6 +30,8 @@ struct Q4Call {
   int pair_count = 1;
 };
 
+// q4_gemv_kernel for one plan; the shared-memory opt-in per call (cheap, host-side), so that every device
+// the process uses gets it.
 template <class F, Q4Io kIo, int kStages, int kTiles>
 void launch_gemv_q4(const Problem& p, const Q4Call& call, int split, cudaStream_t stream) {
   const int64_t row_blocks = q4_gemv_row_blocks(p, kTiles, kIo == Q4Io::kGegluOutput);
