@@ -398,7 +398,8 @@ TEST_F(CudaMoeTest, QuantizedExpertsMatchTheReference) {
     bool repeats;
   };
   const Case cases[] = {
-      // 4-bit (gate and up fused), each dispatch variant: T ≤ 4 ungrouped, then grouped chunks of 8 / 32.
+      // 4-bit, each dispatch variant: T ≤ 4 ungrouped, then chunks of 8 pairs (expert_mma_kernel) and of up
+      // to 128 (the prefill GEMM).
       {1, 64, 32, 4, 1, 4, 4, 4, 32, DType::kBF16, false},
       {2, 128, 64, 4, 2, 4, 4, 4, 64, DType::kBF16, true},
       {5, 128, 64, 4, 2, 4, 4, 4, 64, DType::kF16, true},
@@ -469,7 +470,7 @@ TEST_F(CudaMoeTest, QuantizedUnalignedCodesTakeThePackedPath) {
 TEST_F(CudaMoeTest, QuantizedGemmaShapes) {
   // Gemma 4 26B-A4B experts: E=128, k=8, H=2816, I=704, 4-bit group 64 with bf16 scales (small enough for
   // the small-scale dequantization when the stacks say so: both settings give the same bits). T=80 runs
-  // the grouped kernel with chunks of 32 pairs; tokens alone run the ungrouped (decode) kernel.
+  // the grouped prefill GEMM (chunks of up to 128 pairs); tokens alone run the batch-1 GEMV (decode).
   constexpr int64_t kHidden = 2816, kInter = 704, kTokens = 80;
   constexpr int kExperts = 128, kTopK = 8;
   QuantizedMoe m;

@@ -345,6 +345,31 @@ struct FormatPacked {
   }
 };
 
+// Calls fn(F{}) with the format a quantized problem runs (p.format kQ4, kQ8 or kPacked; bits, scale dtype
+// and small_scales as with_q4_format reads them), or a dense one too (with_format). The one place the
+// format is chosen, for every kernel.
+template <class Fn>
+decltype(auto) with_quantized_format(const Problem& p, Fn&& fn) {
+  switch (p.format) {
+    case WeightFormat::kQ4: return with_q4_format(p, fn);
+    case WeightFormat::kQ8: return with_scale_type<FormatQ8>(p, fn);
+    default:
+      switch (p.bits) {
+        case 2: return fn(FormatPacked<2>{});
+        case 3: return fn(FormatPacked<3>{});
+        case 4: return fn(FormatPacked<4>{});
+        case 5: return fn(FormatPacked<5>{});
+        case 6: return fn(FormatPacked<6>{});
+        default: return fn(FormatPacked<8>{});
+      }
+  }
+}
+template <class Fn>
+decltype(auto) with_format(const Problem& p, Fn&& fn) {
+  if (p.format == WeightFormat::kDenseBf16) return fn(FormatDense{});
+  return with_quantized_format(p, fn);
+}
+
 template <class F>
 __host__ __device__ constexpr int pair_k(int c, int P, int e) {
   return F::quad_start(c, F::pair_quad(P, e)) + F::pair_pos(P, e);

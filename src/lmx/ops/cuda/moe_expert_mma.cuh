@@ -1,19 +1,19 @@
-// The MoE expert projections of quantized stacks on tensor cores (moe_experts.cu runs them): one kernel
-// for decode (each (token, slot) pair its own block row, reading only its expert's weights) and prefill
-// (chunks of up to 8·NT pairs of one expert, grouped by moe_experts.cu's counting sort).
+// The MoE expert projections of quantized stacks on tensor cores, for the dispatches moe_experts.cu does
+// not send to the batch-1 4-bit GEMV or the prefill GEMM: decode of stacks in other formats (each (token,
+// slot) pair its own block row, reading only its expert's weights) and chunks of up to 8 pairs of one
+// expert (grouped by moe_experts.cu's counting sort).
 //
 // A block computes 16 output rows of one expert's projection for the chunk's pairs with the decode warps
 // of the dense projections (linear_tiles.cuh decode_segment): warp s sums segment s of K for the 16 rows
-// and x rows 8 nt + g (a pair per x row), the segments meet in shared memory and are added in order. So a
-// pair's outputs are Σ_k bf16(x_k) · bf16(w_k) in f32 with linear_tiles.cuh's numerics and chunk order,
-// the mma output of one x row depends on that row alone, and the segments are a function of the weight
-// shape (expert_segments): the bits of every pair are the same whatever else is in the call, in the
-// ungrouped (decode) or grouped (prefill) variant, with any NT (the batch-invariance contract).
+// and x rows g (a pair per x row, one mma column tile), the segments meet in shared memory and are added
+// in order. So a pair's outputs are Σ_k bf16(x_k) · bf16(w_k) in f32 with linear_tiles.cuh's numerics and
+// chunk order, the mma output of one x row depends on that row alone, and the segments are a function of
+// the weight shape (expert_segments): the bits of every pair are the same whatever else is in the call,
+// and the same as the batch-1 GEMV's and the prefill GEMM's (the batch-invariance contract).
 //
-// Gate/up: output rows [0, split) from the first stack, [split, n_out) from the second (split a multiple
-// of 16, so that a block's rows share one stack's scales), x the pair's
-// token row. Down: x the pair's row of the gate/up output, whose GeGLU gelu_tanh(gate) · up (f32, the
-// gelu_tanh_mul op's values) is formed while loading (linear_tiles.cuh load_x_pairs<F, true>).
+// Gate/up: the stack's expert matrices are [gate; up] (2I rows), x the pair's token row. Down: x the
+// pair's row of the gate/up output, whose GeGLU gelu_tanh(gate) · up (f32, the gelu_tanh_mul op's values)
+// is formed while loading (linear_tiles.cuh load_x_pairs<F, true>).
 #pragma once
 
 #include "lmx/ops/cuda/linear_tiles.cuh"
@@ -31,12 +31,15 @@ constexpr int kMaxExpertSegments = 8;
 // LMX_MOE_TARGET_WARPS in the environment replaces the 512 (A/B runs; other segments, other bits).
 int expert_segments(int64_t n_out, int64_t k);
 
-template <class F, int NT, bool kDown>
+// Pairs per chunk of expert_mma_kernel (one mma column tile).
+constexpr int kExpertMmaPairs = 8;
+
+template <class F, bool kDown>
 __global__ void __launch_bounds__(kMaxExpertSegments * 32) expert_mma_kernel(const ProjectionParams p) {
   using namespace linear;
   wait_for_prior_kernels();
   allow_next_kernel();
-  extern __shared__ float partial[];  // [segments][8 NT pairs][16 rows]
+  extern __shared__ float partial[];  // [segments][8 pairs][16 rows]
   int expert, row0, count;
   if (!block_pairs(p, p.m_tile == 1, expert, row0, count)) return;
   if (expert < 0 || expert >= p.num_experts) return;  // block-uniform; the combine skips such pairs
@@ -45,10 +48,9 @@ __global__ void __launch_bounds__(kMaxExpertSegments * 32) expert_mma_kernel(con
   const int g = lane >> 2, c = lane & 3;
   const int segments = static_cast<int>(blockDim.x) >> 5;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 16;
-  const bool second = n0 >= p.split;  // the block's stack
-  const WeightStack& w = second ? p.w[1] : p.w[0];
-  const int64_t stack_row0 = static_cast<int64_t>(expert) * w.rows - (second ? p.split : 0);
-  SegmentOperands<NT> op;
+  const WeightStack& w = p.w;
+  const int64_t stack_row0 = static_cast<int64_t>(expert) * w.rows;
+  SegmentOperands<1> op;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t n = n0 + g + 8 * h;
@@ -59,15 +61,11 @@ __global__ void __launch_bounds__(kMaxExpertSegments * 32) expert_mma_kernel(con
   }
   op.scales = w.scales;
   op.biases = w.biases;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int m = nt * 8 + g;
-    op.x_valid[nt] = m < count;
-    const int row = row0 + (op.x_valid[nt] ? m : 0);
-    int64_t source = row;  // down: the pair's row of the gate/up output
-    if constexpr (!kDown) source = (p.m_tile == 1 ? row : p.sorted_pair[row]) / p.top_k;  // the pair's token
-    op.x[nt] = p.x + source * p.x_stride;
-  }
+  op.x_valid[0] = g < count;
+  const int row = row0 + (op.x_valid[0] ? g : 0);
+  int64_t source = row;  // down: the pair's row of the gate/up output
+  if constexpr (!kDown) source = (p.m_tile == 1 ? row : p.sorted_pair[row]) / p.top_k;  // the pair's token
+  op.x[0] = p.x + source * p.x_stride;
   op.up_offset = kDown ? p.inter : 0;
   op.k = p.k;
   op.group_shift = p.group_shift;
@@ -75,36 +73,28 @@ __global__ void __launch_bounds__(kMaxExpertSegments * 32) expert_mma_kernel(con
   op.x_vec4 = p.x_vec4;
   op.chunk_begin = segment_begin(warp, segments, p.k_chunks);
   op.chunk_end = segment_begin(warp + 1, segments, p.k_chunks);
-  float acc[NT][4];
-  decode_segment<F, NT, kDown>(op, c, acc);
+  float acc[1][4];
+  decode_segment<F, 1, kDown>(op, c, acc);
 
-  store_segment_sums<NT>(partial, warp, g, c, acc);
-  for (int i = static_cast<int>(threadIdx.x); i < NT * 8 * 16; i += static_cast<int>(blockDim.x)) {
+  store_segment_sums<1>(partial, warp, g, c, acc);
+  for (int i = static_cast<int>(threadIdx.x); i < 8 * 16; i += static_cast<int>(blockDim.x)) {
     const int m = i >> 4;
     const int64_t n = n0 + (i & 15);
     if (m < count && n < p.n_out)
-      p.out[static_cast<int64_t>(row0 + m) * p.out_stride + p.out_col0 + n] = segment_total<NT>(partial, segments, i);
+      p.out[static_cast<int64_t>(row0 + m) * p.out_stride + n] = segment_total<1>(partial, segments, i);
   }
 }
 
-// Enqueues expert_mma_kernel<F, NT, down> for p (p.segments and p.k_chunks set, grid_y block rows).
+// Enqueues expert_mma_kernel<F, down> for p (p.segments and p.k_chunks set, grid_y block rows).
 template <class F>
 void launch_expert_mma_format(const ProjectionParams& p, bool down, int grid_y, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n_out + 15) / 16), static_cast<unsigned>(grid_y));
-  const int nt = p.m_tile > 8 ? 4 : 1;
-  const size_t smem = sizeof(float) * static_cast<size_t>(p.segments) * 8 * nt * 16;
+  const size_t smem = sizeof(float) * static_cast<size_t>(p.segments) * 8 * 16;
   const unsigned threads = 32 * static_cast<unsigned>(p.segments);
-  if (nt == 1) {
-    if (down)
-      launch(expert_mma_kernel<F, 1, true>, grid, threads, smem, stream, p);
-    else
-      launch(expert_mma_kernel<F, 1, false>, grid, threads, smem, stream, p);
-  } else {
-    if (down)
-      launch(expert_mma_kernel<F, 4, true>, grid, threads, smem, stream, p);
-    else
-      launch(expert_mma_kernel<F, 4, false>, grid, threads, smem, stream, p);
-  }
+  if (down)
+    launch(expert_mma_kernel<F, true>, grid, threads, smem, stream, p);
+  else
+    launch(expert_mma_kernel<F, false>, grid, threads, smem, stream, p);
 }
 
 }  // namespace lmx::cuda::moe

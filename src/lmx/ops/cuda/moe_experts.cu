@@ -113,7 +113,7 @@ constexpr int kGroupedGemmRows = static_cast<int>(linear::kTileM);
 int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts, bool tensor_cores) {
   if (tokens <= 4 || 2 * pairs <= num_experts) return 1;
   const bool few = pairs <= 4 * static_cast<int64_t>(num_experts);
-  if (tensor_cores) return few ? 8 : kGroupedGemmRows;
+  if (tensor_cores) return few ? moe::kExpertMmaPairs : kGroupedGemmRows;
   return few ? 4 : 8;
 }
 
@@ -298,8 +298,8 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
   auto project = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
     const DeviceQuantized& w = is_down ? down : gate_up;
     // Decode (one pair per block row) with 4-bit stacks: the batch-1 4-bit kernel, gate/up writing the GeGLU
-    // h = gelu_tanh(gate) * up into hbuf's first half (the bits the grouped kernel's down projection forms
-    // from gate and up), the down projection reading h. Both or neither (hbuf's layout).
+    // h = gelu_tanh(gate) * up into hbuf's first half (the bits the other paths' down projection forms from
+    // gate and up), the down projection reading h. Both or neither (hbuf's layout).
     if (m_tile == 1 && q4) {
       linear::Q4Pairs pairs;
       pairs.ids = p.experts;
@@ -308,21 +308,21 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
       pairs.x_stride = p.x_stride;
       pairs.out_stride = p.out_stride;
       pairs.ids_early = is_down || ids_early;
-      const linear::Problem q = pair_problem(w, p.x, p.x_stride, 1, p.out, p.out_stride);
       const bool gate_up_ok =
           linear::q4_gemv_plan(pair_problem(gate_up, x, hidden, 1, p.out, 2 * inter), true, grid_y).stages > 0;
       const bool down_ok =
           linear::q4_gemv_plan(pair_problem(down, p.out, 2 * inter, 1, p.out, hidden), false, grid_y).stages > 0;
       if (gate_up_ok && down_ok) {
-        const bool launched = linear::launch_decode_pairs(q, pairs, grid_y, !is_down, ctx.stream());
+        const bool launched = linear::launch_decode_pairs(pair_problem(w, p.x, p.x_stride, 1, p.out, p.out_stride),
+                                                          pairs, grid_y, !is_down, ctx.stream());
         LMX_REQUIRE(Error, launched, "{}: the batch-1 4-bit kernel refused a planned projection", kOp);
         return;
       }
     }
+    const linear::Problem q = pair_problem(w, p.x, p.x_stride, p.pairs, p.out, p.out_stride);
     if (m_tile == kGroupedGemmRows) {
       // Many pairs per expert: the prefill GEMM over chunks of up to 128 pairs of one expert, x gathered
       // (gate/up: the pairs' token rows; down: the GeGLU of each pair's gate/up row) into bf16 tiles.
-      const linear::Problem q = pair_problem(w, p.x, p.x_stride, p.pairs, p.out, p.out_stride);
       linear::XRows rows;
       rows.map = is_down ? nullptr : p.sorted_pair;
       rows.div = p.top_k;
@@ -332,16 +332,14 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
       linear::launch_prefill_grouped(q, rows, grouped, grid_y, xp, ctx.stream());
       return;
     }
-    p.w[0] = p.w[1] = is_down ? down_s : gate_up_s;
-    p.n_out = p.split = w.rows;
-    p.out_col0 = 0;
+    p.w = is_down ? down_s : gate_up_s;
+    p.n_out = w.rows;
     p.scale_dtype = w.scale_dtype;
-    p.group_shift = log2_group_size(w.group_size);
-    p.k_chunks = static_cast<int>((p.k + linear::kChunk - 1) / linear::kChunk);
-    p.segments = moe::expert_segments(p.n_out, p.k);
-    p.x_vec4 = detail::aligned16(p.x) && p.x_stride % 4 == 0 && (!is_down || p.inter % 4 == 0);
-    moe::launch_quantized_projection(p, w.bits, detail::aligned16(w.codes), w.small_scales, is_down, grid_y,
-                                     ctx.stream());
+    p.group_shift = q.group_shift;
+    p.k_chunks = q.chunks;
+    p.segments = q.segments;
+    p.x_vec4 = q.x_vec4 && (!is_down || p.inter % 4 == 0);
+    moe::launch_quantized_projection(p, q, is_down, grid_y, ctx.stream());
   };
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
                     norms, /*tensor_cores=*/true, ctx, project);
@@ -379,10 +377,8 @@ void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, c
   const WeightStack gate_up_s = stack(gate_up), down_s = stack(down);
   auto project = [&](ProjectionParams p, bool is_down, int m_tile, int grid_y) {
     const DeviceDense& w = is_down ? down : gate_up;
-    p.w[0] = p.w[1] = is_down ? down_s : gate_up_s;
+    p.w = is_down ? down_s : gate_up_s;
     p.n_out = w.rows;
-    p.split = w.rows;
-    p.out_col0 = 0;
     moe::launch_dense_projection(p, w.dtype, is_down, m_tile, grid_y, ctx.stream());
   };
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,

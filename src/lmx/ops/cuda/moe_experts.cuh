@@ -33,6 +33,10 @@
 
 #include <cstdint>
 
+namespace lmx::cuda::linear {
+struct Problem;  // linear_tiles.cuh
+}
+
 namespace lmx::cuda::moe {
 
 constexpr int kWarps = 8;
@@ -58,10 +62,8 @@ struct WeightStack {
 
 // Arguments of one projection launch (gate/up, or down).
 struct ProjectionParams {
-  // Output rows [0, split) come from w[0] (row n), [split, n_out) from w[1] (row n - split).
-  WeightStack w[2];
-  int64_t split = 0;
-  int64_t n_out = 0;  // output rows
+  WeightStack w;
+  int64_t n_out = 0;  // output rows: w.rows
   int64_t k = 0;      // reduction length
   DType scale_dtype = DType::kBF16;
   int group_shift = 6;  // log2(group_size)
@@ -71,10 +73,9 @@ struct ProjectionParams {
   int64_t x_stride = 0;
   int64_t inter = 0;
   int top_k = 1;
-  // Output: out[row, out_col0 + n] with row the pair's row (its pair index when ungrouped).
+  // Output: out[row, n] with row the pair's row (its pair index when ungrouped).
   float* out = nullptr;
   int64_t out_stride = 0;
-  int64_t out_col0 = 0;
   // Dispatch. Ungrouped (M = 1): blockIdx.y is the pair, its expert experts[pair]. Grouped: blockIdx.y
   // indexes chunks[] ({expert, first row, rows}); rows past *chunk_count exit; sorted_pair[row] = pair.
   const int32_t* experts = nullptr;
@@ -203,11 +204,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<M>())
       static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (warp * kGroups + lane / LANES) * R;
   // Chunk c of the thread's row r (rows past n_out are clamped to the last one and never stored).
   auto load_chunk = [&](int r, int64_t c) {
-    int64_t n = n_first + r < p.n_out ? n_first + r : p.n_out - 1;
-    const bool second = n >= p.split;
-    if (second) n -= p.split;
-    const WeightStack& w = second ? p.w[1] : p.w[0];
-    return W::load(w, static_cast<int64_t>(expert) * w.rows + n, c, p);
+    const int64_t n = n_first + r < p.n_out ? n_first + r : p.n_out - 1;
+    return W::load(p.w, static_cast<int64_t>(expert) * p.w.rows + n, c, p);
   };
 
   typename W::Chunk cur[R];
@@ -342,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<M>())
         v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
       const int64_t n = n_first + r;
       if (sub == (r * M + m) % LANES && m < count && n < p.n_out)
-        p.out[static_cast<int64_t>(row0 + m) * p.out_stride + p.out_col0 + n] = v;
+        p.out[static_cast<int64_t>(row0 + m) * p.out_stride + n] = v;
     }
   }
 }
@@ -394,16 +392,13 @@ void launch_format(const ProjectionParams& p, bool down, int m_tile, int grid_y,
     launch_for_format<W, false>(p, m_tile, grid_y, stream);
 }
 
-// ---- Entry points (moe_quantized.cu, moe_quantized_packed.cu, moe_dense.cu) -------------------------
+// ---- Entry points (moe_quantized.cu, moe_dense.cu) -----------------------------------------------------
 
-// Enqueues one quantized projection (gate/up when !down, else down) on tensor cores: p complete (its m_tile
-// 1, 8 or 32 — 1 = ungrouped, grid_y pairs; otherwise grid_y bounds the chunk count — and its segments).
-// `bits`, the alignment of the codes and small_scales (DeviceQuantized) select the weight format.
-void launch_quantized_projection(const ProjectionParams& p, int bits, bool aligned, bool small_scales, bool down,
-                                 int grid_y, cudaStream_t stream);
-// The formats other than aligned 4-bit codes (moe_quantized_packed.cu).
-void launch_quantized_packed_projection(const ProjectionParams& p, int bits, bool aligned, bool down, int grid_y,
-                                        cudaStream_t stream);
+// Enqueues one quantized projection (gate/up when !down, else down) on expert_mma_kernel: p complete (its
+// m_tile 1 or 8 — 1 = ungrouped, grid_y pairs; otherwise grid_y bounds the chunk count — and its segments);
+// `weight`, the stack's linear problem (linear::quantized_problem), names the weight format.
+void launch_quantized_projection(const ProjectionParams& p, const linear::Problem& weight, bool down, int grid_y,
+                                 cudaStream_t stream);
 // Dense stacks on CUDA cores, chunks of up to m_tile pairs (1, 4 or 8).
 void launch_dense_projection(const ProjectionParams& p, DType dtype, bool down, int m_tile, int grid_y,
                              cudaStream_t stream);

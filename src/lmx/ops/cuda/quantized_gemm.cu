@@ -33,21 +33,7 @@ void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChu
 // prefill<F> for the problem's format.
 void prefill_any(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& grouped, int64_t grid_x,
                  cudaStream_t stream) {
-  auto run = [&](auto f) { prefill<decltype(f)>(p, xp, rows, grouped, grid_x, stream); };
-  switch (p.format) {
-    case WeightFormat::kDenseBf16: return run(FormatDense{});
-    case WeightFormat::kQ4: return with_q4_format(p, run);
-    case WeightFormat::kQ8: return with_scale_type<FormatQ8>(p, run);
-    case WeightFormat::kPacked:
-      switch (p.bits) {
-        case 2: return run(FormatPacked<2>{});
-        case 3: return run(FormatPacked<3>{});
-        case 4: return run(FormatPacked<4>{});
-        case 5: return run(FormatPacked<5>{});
-        case 6: return run(FormatPacked<6>{});
-        default: return run(FormatPacked<8>{});
-      }
-  }
+  with_format(p, [&](auto f) { prefill<decltype(f)>(p, xp, rows, grouped, grid_x, stream); });
 }
 
 }  // namespace

@@ -148,20 +148,7 @@ bool launch_decode_pairs(const Problem& p, const Q4Pairs& pairs, int pair_count,
 void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up) {
   LMX_REQUIRE(InvalidArgument, x_up == nullptr || p.format == WeightFormat::kQ4,
               "linear: a GeGLU input needs the batch-1 4-bit kernel");
-  switch (p.format) {
-    case WeightFormat::kDenseBf16: return decode<FormatDense>(p, stream);
-    case WeightFormat::kQ4: return with_q4_format(p, [&](auto f) { decode<decltype(f)>(p, stream, x_up); });
-    case WeightFormat::kQ8: return with_scale_type<FormatQ8>(p, [&](auto f) { decode<decltype(f)>(p, stream); });
-    case WeightFormat::kPacked:
-      switch (p.bits) {
-        case 2: return decode<FormatPacked<2>>(p, stream);
-        case 3: return decode<FormatPacked<3>>(p, stream);
-        case 4: return decode<FormatPacked<4>>(p, stream);
-        case 5: return decode<FormatPacked<5>>(p, stream);
-        case 6: return decode<FormatPacked<6>>(p, stream);
-        default: return decode<FormatPacked<8>>(p, stream);
-      }
-  }
+  with_format(p, [&](auto f) { decode<decltype(f)>(p, stream, x_up); });
 }
 
 }  // namespace lmx::cuda::linear
