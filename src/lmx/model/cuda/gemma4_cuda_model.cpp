@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <unordered_set>
 
 namespace lmx {
@@ -118,6 +120,34 @@ struct Gemma4CudaModel::StepPlan {
   std::vector<int64_t> new_tokens;
 };
 
+// The MoE routing's stream: its own context (stream and scratch, so that its ops never share scratch with
+// the dense MLP's) and the two events that fork it from ctx_'s stream and join it back, once per MoE layer.
+struct Gemma4CudaModel::RoutingBranch {
+  cuda::CudaContext ctx;
+  cudaEvent_t fork = nullptr, join = nullptr;
+
+  explicit RoutingBranch(int device) : ctx(device) {
+    LMX_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    const cudaError_t created = cudaEventCreateWithFlags(&join, cudaEventDisableTiming);
+    if (created != cudaSuccess) (void)cudaEventDestroy(fork);
+    LMX_CUDA_CHECK(created);
+  }
+  ~RoutingBranch() {
+    (void)cudaEventDestroy(fork);
+    (void)cudaEventDestroy(join);
+  }
+  RoutingBranch(const RoutingBranch&) = delete;
+  RoutingBranch& operator=(const RoutingBranch&) = delete;
+};
+
+namespace {
+bool routing_stream_enabled(const CudaModelOptions& options, const Gemma4Config& config) {
+  const char* env = std::getenv("LMX_MOE_ROUTING_STREAM");
+  if (!options.routing_stream || (env != nullptr && std::strcmp(env, "0") == 0)) return false;
+  return std::any_of(config.layers.begin(), config.layers.end(), [](const Gemma4LayerSpec& l) { return l.moe; });
+}
+}  // namespace
+
 // ---- Loading -----------------------------------------------------------------------------------------
 
 std::unique_ptr<Gemma4CudaModel> Gemma4CudaModel::load(const std::string& dir, const CudaModelOptions& options) {
@@ -133,6 +163,7 @@ std::unique_ptr<Gemma4CudaModel> Gemma4CudaModel::load(const std::string& dir, c
 Gemma4CudaModel::Gemma4CudaModel(Gemma4Config config, const Gemma4Weights& weights, const CudaModelOptions& options)
     : config_(std::move(config)), options_(options), ctx_(options.device), ws_(std::make_unique<Workspace>()) {
   weights_ = DeviceWeights::upload(weights);
+  if (routing_stream_enabled(options_, config_)) routing_ = std::make_unique<RoutingBranch>(options.device);
   weight_bytes_per_token_ = decode_weight_bytes(config_, weights);
   for (const auto& l : config_.layers) {
     std::vector<float> inv = ops::rope_inv_freq(l.head_dim, l.rope_theta, l.rope_rotated_pairs);
@@ -143,6 +174,10 @@ Gemma4CudaModel::Gemma4CudaModel(Gemma4Config config, const Gemma4Weights& weigh
 }
 
 Gemma4CudaModel::~Gemma4CudaModel() { drop_graphs(); }
+
+int Gemma4CudaModel::scratch_generation() const {
+  return ctx_.scratch_generation() + (routing_ ? routing_->ctx.scratch_generation() : 0);
+}
 
 void Gemma4CudaModel::drop_graphs() {
   for (auto& [bucket, exec] : decode_graphs_) (void)cudaGraphExecDestroy(exec);
@@ -284,10 +319,15 @@ void Gemma4CudaModel::upload_step_inputs() {
 
 void Gemma4CudaModel::linear(const DeviceWeight& w, const float* x, int64_t x_stride, int64_t m, float* out,
                              int64_t out_stride) {
+  linear(w, x, x_stride, m, out, out_stride, ctx_);
+}
+
+void Gemma4CudaModel::linear(const DeviceWeight& w, const float* x, int64_t x_stride, int64_t m, float* out,
+                             int64_t out_stride, cuda::CudaContext& ctx) {
   if (w.quantized)
-    cuda::quantized_linear(x, x_stride, m, w.packed, out, out_stride, ctx_);
+    cuda::quantized_linear(x, x_stride, m, w.packed, out, out_stride, ctx);
   else
-    cuda::dense_linear(x, x_stride, m, w.dense, out, out_stride, ctx_);
+    cuda::dense_linear(x, x_stride, m, w.dense, out, out_stride, ctx);
 }
 
 void Gemma4CudaModel::linear_gelu(const DeviceWeight& w, float* gate, int64_t gate_stride, const float* up,
@@ -394,26 +434,43 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   linear(lw.o_proj, w.attn.as<float>(), q_width, t, w.proj.as<float>(), config_.hidden_size);
 }
 
+// The router and the experts read the residual stream itself, normed (one kernel, moe_inputs, for both
+// inputs); the routing writes the expert ids and weights. It depends only on the attention block's residual
+// step, so with a routing stream it runs there, concurrently with the dense MLP on ctx_'s stream. Without
+// one it runs first on ctx_'s stream, so that the expert ids are written two or more launches before the
+// experts' first kernel, which then fetches their weights while the dense MLP finishes (ids_early).
+void Gemma4CudaModel::enqueue_routing(int layer, const StepPlan& plan) {
+  const DeviceLayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
+  Workspace& w = *ws_;
+  const int64_t t = plan.tokens, hidden = config_.hidden_size;
+  cuda::CudaContext& ctx = routing_ ? routing_->ctx : ctx_;
+  const cudaStream_t s = ctx.stream();
+  if (routing_) {
+    LMX_CUDA_CHECK(cudaEventRecord(routing_->fork, ctx_.stream()));
+    LMX_CUDA_CHECK(cudaStreamWaitEvent(s, routing_->fork, 0));
+  }
+  cuda::moe_inputs(w.x.as<float>(), t, static_cast<int>(hidden), lw.router_scale.get(),
+                   1.0f / std::sqrt(static_cast<float>(hidden)), lw.pre_feedforward_layernorm_2.get(),
+                   config_.rms_norm_eps, w.routed.as<float>(), w.expert_in.as<float>(), s);
+  linear(lw.router_proj, w.routed.as<float>(), hidden, t, w.router_logits.as<float>(), config_.num_experts, ctx);
+  cuda::moe_route(w.router_logits.as<float>(), t, config_.num_experts, config_.top_k_experts,
+                  lw.router_per_expert_scale.get(), w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(), s);
+  if (routing_) LMX_CUDA_CHECK(cudaEventRecord(routing_->join, s));
+}
+
+void Gemma4CudaModel::join_routing() {
+  if (routing_) LMX_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream(), routing_->join, 0));
+}
+
 void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
   const Gemma4LayerSpec& spec = config_.layers[static_cast<size_t>(layer)];
   const DeviceLayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
   Workspace& w = *ws_;
-  const cudaStream_t s = ctx_.stream();
   const int64_t t = plan.tokens, hidden = config_.hidden_size, inter = spec.intermediate_size;
   const float eps = config_.rms_norm_eps;
-  float* x = w.x.as<float>();
   float* ffn = w.ffn.as<float>();
 
-  if (spec.moe) {
-    // The router and the experts read the residual stream itself, normed (one kernel for both inputs). The
-    // routing runs before the dense MLP, so that its expert ids are written two or more launches before the
-    // experts' first kernel, which then fetches their weights while the dense MLP finishes (ids_early).
-    cuda::moe_inputs(x, t, static_cast<int>(hidden), lw.router_scale.get(), 1.0f / std::sqrt(static_cast<float>(hidden)),
-                     lw.pre_feedforward_layernorm_2.get(), eps, w.routed.as<float>(), w.expert_in.as<float>(), s);
-    linear(lw.router_proj, w.routed.as<float>(), hidden, t, w.router_logits.as<float>(), config_.num_experts);
-    cuda::moe_route(w.router_logits.as<float>(), t, config_.num_experts, config_.top_k_experts,
-                    lw.router_per_expert_scale.get(), w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(), s);
-  }
+  if (spec.moe) enqueue_routing(layer, plan);
   float* gate = w.gate.as<float>();
   if (lw.gate_up_proj.defined) {
     // One stacked projection: row r of `gate` holds gate(x) then up(x) — or, where the projection forms the
@@ -439,10 +496,14 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
     norms.eps = eps;
     float* expert_in = w.expert_in.as<float>();
     float* expert_out = w.expert_out.as<float>();
+    join_routing();
+    // ids_early: the experts' first kernel reads its expert ids before its PDL wait, which is safe when they
+    // were written two or more launches back on this stream. After a join the routing's last kernel may be
+    // a direct (programmatic) predecessor in a captured graph, so the ids are then read after the wait.
     if (lw.experts_down.quantized)
       cuda::quantized_moe_experts(expert_in, t, w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(),
                                   config_.top_k_experts, lw.experts_gate_up.packed, lw.experts_down.packed,
-                                  expert_out, ctx_, &norms, /*ids_early=*/true);
+                                  expert_out, ctx_, &norms, /*ids_early=*/routing_ == nullptr);
     else
       cuda::dense_moe_experts(expert_in, t, w.expert_ids.as<int32_t>(), w.expert_weights.as<float>(),
                               config_.top_k_experts, lw.experts_gate_up.dense, lw.experts_down.dense, expert_out, ctx_,
@@ -517,9 +578,9 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
 void Gemma4CudaModel::run_step(const StepPlan& plan) {
   upload_step_inputs();
   // A scratch buffer that moved since the graphs were captured invalidates them.
-  if (ctx_.scratch_generation() != graphs_scratch_generation_) {
+  if (scratch_generation() != graphs_scratch_generation_) {
     drop_graphs();
-    graphs_scratch_generation_ = ctx_.scratch_generation();
+    graphs_scratch_generation_ = scratch_generation();
   }
   const auto found = plan.graphed ? decode_graphs_.find(plan.max_kv_len) : decode_graphs_.end();
   if (found != decode_graphs_.end()) {
@@ -529,9 +590,9 @@ void Gemma4CudaModel::run_step(const StepPlan& plan) {
     // Direct launches; a single-token step of a new bucket is then captured for later replays (the
     // direct run first sizes every scratch buffer, so the capture allocates nothing).
     enqueue_forward(plan);
-    if (plan.graphed && ctx_.scratch_generation() != graphs_scratch_generation_) {
+    if (plan.graphed && scratch_generation() != graphs_scratch_generation_) {
       drop_graphs();
-      graphs_scratch_generation_ = ctx_.scratch_generation();
+      graphs_scratch_generation_ = scratch_generation();
     }
     if (plan.graphed) {
       cudaGraph_t graph = nullptr;

@@ -21,6 +21,10 @@ struct CudaModelOptions {
   int device = 0;
   // Capture single-token decode steps as CUDA graphs (one per power-of-two bucket of KV length).
   bool use_graphs = true;
+  // Run each MoE layer's routing (the router's input norm, its projection and the top-k) on a second
+  // stream, concurrently with the dense MLP; the experts wait for both. Same bits either way. The
+  // environment variable LMX_MOE_ROUTING_STREAM=0 turns it off (A/B runs).
+  bool routing_stream = true;
 };
 
 class Gemma4CudaModel final : public LanguageModel {
@@ -45,6 +49,7 @@ class Gemma4CudaModel final : public LanguageModel {
   class CudaSequence;
   struct Workspace;
   struct StepPlan;
+  struct RoutingBranch;
 
   Gemma4CudaModel(Gemma4Config config, const Gemma4Weights& weights, const CudaModelOptions& options);
   // Validates rows, grows caches and workspace, fills the pinned staging area; returns the plan.
@@ -58,7 +63,13 @@ class Gemma4CudaModel final : public LanguageModel {
   void enqueue_per_layer_inputs(const StepPlan& plan);
   // Runs a planned step: direct launches, or a captured graph for single-token steps.
   void run_step(const StepPlan& plan);
+  // The MoE routing of `layer` (moe_inputs, router projection, moe_route): on the routing stream when there
+  // is one, forked after the attention block's residual step; join_routing() makes ctx_'s stream wait for it.
+  void enqueue_routing(int layer, const StepPlan& plan);
+  void join_routing();
   void linear(const DeviceWeight& w, const float* x, int64_t x_stride, int64_t m, float* out, int64_t out_stride);
+  void linear(const DeviceWeight& w, const float* x, int64_t x_stride, int64_t m, float* out, int64_t out_stride,
+              cuda::CudaContext& ctx);
   // out = (gelu_tanh(gate) * up) · Wᵀ (cuda::quantized_linear_gelu); gate is clobbered.
   void linear_gelu(const DeviceWeight& w, float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
                    int64_t m, float* out, int64_t out_stride);
@@ -70,8 +81,11 @@ class Gemma4CudaModel final : public LanguageModel {
   size_t weight_bytes_per_token_ = 0;
   std::vector<cuda::DeviceBuffer> inv_freq_;  // per layer, [head_dim / 2] f32
   std::unique_ptr<Workspace> ws_;
+  std::unique_ptr<RoutingBranch> routing_;  // null: the routing runs on ctx_'s stream
   std::map<int64_t, cudaGraphExec_t> decode_graphs_;  // KV-length bucket → instantiated graph
-  int graphs_scratch_generation_ = 0;                  // ctx_.scratch_generation() the graphs saw
+  int graphs_scratch_generation_ = 0;                  // scratch_generation() the graphs saw
+  // Bumped whenever a scratch buffer of ctx_ or of the routing stream's context moves.
+  int scratch_generation() const;
   void drop_graphs();
   int graph_replays_ = 0, graph_captures_ = 0;
 };
