@@ -52,15 +52,39 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
     }
   }
   __syncwarp();
+  // Σexp in expert order by lane 0, its loads batched (16-byte loads where the row allows: the adds stay
+  // sequential, the loads no longer wait for them one by one).
   float sum = 0.0f;
-  if (lane == 0)
-    for (int e = 0; e < num_experts; ++e) sum = __fadd_rn(sum, exps[e]);
+  if (lane == 0) {
+    int e = 0;
+    if ((num_experts & 3) == 0 && (reinterpret_cast<uintptr_t>(exps) & 15) == 0) {
+      for (; e < num_experts; e += 16) {
+        float4 q[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          q[i] = e + 4 * i < num_experts ? *reinterpret_cast<const float4*>(exps + e + 4 * i)
+                                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (e + 4 * i < num_experts) {
+            sum = __fadd_rn(sum, q[i].x);
+            sum = __fadd_rn(sum, q[i].y);
+            sum = __fadd_rn(sum, q[i].z);
+            sum = __fadd_rn(sum, q[i].w);
+          }
+      }
+    } else {
+      for (; e < num_experts; ++e) sum = __fadd_rn(sum, exps[e]);
+    }
+  }
   sum = __shfl_sync(0xFFFFFFFFu, sum, 0);
   const float inv = __fdiv_rn(1.0f, sum);
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) v[i] = lane + 32 * i < num_experts ? __fmul_rn(v[i], inv) : -1.0f;
 
-  // Lane j keeps the j-th selection.
+  // Lane j keeps the j-th selection. Each round: the largest probability over the warp (the bits of
+  // non-negative floats order as unsigned integers; removed experts hold -1, below every probability),
+  // then the lowest expert holding it.
   float mine_p = 0.0f;
   int mine_e = 0;
   for (int j = 0; j < top_k; ++j) {
@@ -72,15 +96,10 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
         best = v[i];
         best_e = lane + 32 * i;
       }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFu, best, offset);
-      const int other_e = __shfl_xor_sync(0xFFFFFFFFu, best_e, offset);
-      if (other > best || (other == best && other_e < best_e)) {
-        best = other;
-        best_e = other_e;
-      }
-    }
+    const unsigned key = best >= 0.0f ? __float_as_uint(best) : 0u;
+    const unsigned top = __reduce_max_sync(0xFFFFFFFFu, key);
+    best_e = static_cast<int>(__reduce_min_sync(0xFFFFFFFFu, key == top ? static_cast<unsigned>(best_e) : 0xFFFFFFFFu));
+    best = best_e == 0x7FFFFFFF ? -1.0f : __uint_as_float(top);  // (nothing left to select: as before)
     if ((best_e & 31) == lane) {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i)
