@@ -205,24 +205,27 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
     for (int h = 0; h < 2; ++h) row_w[t][h] = p.weight + weight_row(16 * t + 8 * h + g) * p.row_words;
 
   // The scale and bias windows: row rr's groups [g0, g1) of this segment, as the aligned words that hold
-  // them (bytes past the arrays' ends zero-filled, never read). Lanes walk (row, word) over a power-of-two
-  // word count per row (no division; consecutive lanes read consecutive words of a row).
+  // them (bytes past the arrays' ends zero-filled, never read). Each lane copies words of one row (two
+  // lanes per row for 16 rows), so the row's offsets are computed once and its words are consecutive.
   const int64_t g0 = (static_cast<int64_t>(chunk_begin) * kChunk) >> p.group_shift;
   const int64_t g1 = min((static_cast<int64_t>(chunk_end) * kChunk) >> p.group_shift, p.groups_per_row);
   const int64_t array_bytes = (expert_row0 + p.n) * p.groups_per_row * kScaleSize;  // (the expert's end)
   {
-    const int word_shift = 32 - __clz(words - 1);  // 2^word_shift >= words
-    for (int i = lane; i < (kRows << word_shift); i += 32) {
-      const int rr = i >> word_shift, w = i & ((1 << word_shift) - 1);
-      if (w >= words) continue;
-      const int64_t row_groups = weight_row(rr) * p.groups_per_row;
-      const int64_t byte = (((row_groups + g0) * kScaleSize) & ~int64_t{3}) + 4 * w;
-      const int bytes = byte < (row_groups + g1) * kScaleSize ? static_cast<int>(min(int64_t{4}, array_bytes - byte)) : 0;
+    static_assert(32 % kRows == 0, "the lanes split the block's rows evenly");
+    constexpr int kLanesPerRow = 32 / kRows;
+    const int rr = lane / kLanesPerRow;
+    const int64_t row_groups = weight_row(rr) * p.groups_per_row;
+    const int64_t first = ((row_groups + g0) * kScaleSize) & ~int64_t{3};
+    const int64_t end = (row_groups + g1) * kScaleSize;
+    const unsigned char* scales = static_cast<const unsigned char*>(p.scales);
+    const unsigned char* biases = static_cast<const unsigned char*>(p.biases);
+    for (int w = lane % kLanesPerRow; w < words; w += kLanesPerRow) {
+      const int64_t byte = first + 4 * w;
+      const int bytes = byte < end ? static_cast<int>(min(int64_t{4}, array_bytes - byte)) : 0;
       const int64_t at = bytes > 0 ? byte : 0;
       const int slot = rr * words + w;
-      cp_async_word(smem_address(windows + slot), static_cast<const unsigned char*>(p.scales) + at, bytes);
-      cp_async_word(smem_address(windows + kRows * words + slot), static_cast<const unsigned char*>(p.biases) + at,
-                    bytes);
+      cp_async_word(smem_address(windows + slot), scales + at, bytes);
+      cp_async_word(smem_address(windows + kRows * words + slot), biases + at, bytes);
     }
   }
   cp_async_commit();
