@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 
@@ -51,6 +52,17 @@ bool pdl_enabled() {
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return enabled;
+}
+
+int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  int64_t n = 0;
+  const char* end = v + std::strlen(v);
+  const auto [ptr, ec] = std::from_chars(v, end, n);
+  LMX_REQUIRE(InvalidArgument, ec == std::errc() && ptr == end && n >= min && n <= max,
+              "{}: '{}' is not an integer in [{}, {}]", name, v, min, max);
+  return n;
 }
 
 }  // namespace lmx::cuda

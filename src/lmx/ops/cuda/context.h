@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 
 namespace lmx::cuda {
 
@@ -56,5 +57,9 @@ class CudaContext {
 // Whether kernels are launched as programmatic dependent launches (launch.cuh): read once from the
 // environment variable LMX_CUDA_PDL ("0" turns it off); on by default.
 bool pdl_enabled();
+
+// An integer A/B knob from the environment: `fallback` when `name` is unset or empty; InvalidArgument when
+// it is not a decimal integer in [min, max].
+int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max);
 
 }  // namespace lmx::cuda

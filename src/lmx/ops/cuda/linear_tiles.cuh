@@ -77,12 +77,14 @@ struct Problem {
 // to fill an H200 in decode, at least two chunks per segment. A function of the weight only (never of m
 // or the device), so results do not depend on either. Target warps measured on the H200 at batch 1:
 // 4096 for 4-bit weights (the batch-1 kernel runs 32 rows per warp), 2048 for the others (more
-// segments slowed 8-bit and bf16 by up to 30 %).
-inline int linear_segments(int64_t n, int64_t k, int bits) {
+// segments slowed 8-bit and bf16 by up to 30 %). target_warps > 0 replaces that target; with
+// one_segment_tiles > 0, matrices of at least that many 16-row tiles get one segment (A/B runs).
+inline int linear_segments(int64_t n, int64_t k, int bits, int64_t target_warps = 0, int64_t one_segment_tiles = 0) {
   const int64_t chunks = (k + kChunk - 1) / kChunk;
   const int64_t tiles = (n + 15) / 16;
-  const int64_t kTargetWarps = bits == 4 ? 4096 : 2048;
-  int64_t s = (kTargetWarps + tiles / 2) / tiles;
+  if (one_segment_tiles > 0 && tiles >= one_segment_tiles) return 1;
+  const int64_t target = target_warps > 0 ? target_warps : bits == 4 ? 4096 : 2048;
+  int64_t s = (target + tiles / 2) / tiles;
   s = s < chunks / 2 ? s : chunks / 2;
   s = s < kMaxSegments ? s : kMaxSegments;
   return s < 1 ? 1 : static_cast<int>(s);

@@ -25,7 +25,6 @@
 #include "lmx/ops/cuda/moe_experts.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 
 namespace lmx::cuda {
@@ -124,13 +123,7 @@ int64_t chunk_bound(int64_t pairs, int m_tile, int num_experts) {
 }
 
 int64_t target_warps() {
-  static const int64_t target = [] {
-    const char* v = std::getenv("LMX_MOE_TARGET_WARPS");
-    if (v == nullptr || *v == '\0') return int64_t{512};
-    const int64_t n = std::atoll(v);
-    LMX_REQUIRE(InvalidArgument, n >= 1 && n <= 65536, "LMX_MOE_TARGET_WARPS: unsupported value '{}'", v);
-    return n;
-  }();
+  static const int64_t target = env_integer("LMX_MOE_TARGET_WARPS", 512, 1, 65536);
   return target;
 }
 

@@ -20,7 +20,12 @@ namespace linear {
 void complete(Problem& p) {
   LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit", p.n);
   p.chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
-  p.segments = linear_segments(p.n, p.k, p.bits);
+  // LMX_Q4_TARGET_WARPS, LMX_Q4_ONE_SEGMENT_TILES: linear_segments' knobs for 4-bit weights (A/B runs; other
+  // segments, other bits, the same in every kernel of a run).
+  static const int64_t q4_target_warps = env_integer("LMX_Q4_TARGET_WARPS", 0, 0, 1 << 20);
+  static const int64_t q4_one_segment_tiles = env_integer("LMX_Q4_ONE_SEGMENT_TILES", 0, 0, 1 << 20);
+  p.segments = p.bits == 4 ? linear_segments(p.n, p.k, p.bits, q4_target_warps, q4_one_segment_tiles)
+                           : linear_segments(p.n, p.k, p.bits);
   p.x_vec4 = detail::aligned16(p.x) && (p.x_stride % 4 == 0 || p.m == 1);
 }
 
