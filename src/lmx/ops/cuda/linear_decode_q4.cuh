@@ -145,11 +145,18 @@ struct Q4Pairs {
   bool ids_early = false;
 };
 
-// x_up and pairs are parameters of their own, not Problem fields (a larger Problem cost registers in an
+// Lanes per row of q4_gemv_kernel's scale and bias window copy, as a shift (2^shift lanes, from 32 / rows to
+// 32): one or two lanes per row for 16-row blocks (each lane's row offsets computed once; E4B decode +2.2 %,
+// docs/benchmarks.md, ninth pass), else the power of two that covers a row's window words, so that a warp's
+// copy reads whole rows (coalesced; the copy before the ninth pass). LMX_Q4_WINDOW_LANES=1|2|..|32 forces
+// a lane count (A/B runs; at least 32 / rows).
+int q4_window_shift(int rows, int words);
+
+// x_up, pairs and window_shift are parameters of their own, not Problem fields (a larger Problem cost registers in an
 // earlier, register-fed version of this kernel).
 template <class F, Q4Io kIo, int kStages, int kTiles>
 __global__ void __launch_bounds__(kMaxSegments * 32)
-    q4_gemv_kernel(const Problem p, const float* x_up, const Q4Pairs pairs) {
+    q4_gemv_kernel(const Problem p, const float* x_up, const Q4Pairs pairs, const int window_shift) {
   using Scale = typename F::ScaleType;
   constexpr bool kGelu = kIo == Q4Io::kGeluInput;
   constexpr bool kGeglu = kIo == Q4Io::kGegluOutput;
@@ -205,27 +212,28 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
     for (int h = 0; h < 2; ++h) row_w[t][h] = p.weight + weight_row(16 * t + 8 * h + g) * p.row_words;
 
   // The scale and bias windows: row rr's groups [g0, g1) of this segment, as the aligned words that hold
-  // them (bytes past the arrays' ends zero-filled, never read). Each lane copies words of one row (two
-  // lanes per row for 16 rows), so the row's offsets are computed once and its words are consecutive.
+  // them (bytes past the arrays' ends zero-filled, never read). 2^window_shift lanes copy each row
+  // (q4_window_shift): a lane computes a row's offsets once and copies every 2^window_shift-th word of it.
   const int64_t g0 = (static_cast<int64_t>(chunk_begin) * kChunk) >> p.group_shift;
   const int64_t g1 = min((static_cast<int64_t>(chunk_end) * kChunk) >> p.group_shift, p.groups_per_row);
   const int64_t array_bytes = (expert_row0 + p.n) * p.groups_per_row * kScaleSize;  // (the expert's end)
   {
-    static_assert(32 % kRows == 0, "the lanes split the block's rows evenly");
-    constexpr int kLanesPerRow = 32 / kRows;
-    const int rr = lane / kLanesPerRow;
-    const int64_t row_groups = weight_row(rr) * p.groups_per_row;
-    const int64_t first = ((row_groups + g0) * kScaleSize) & ~int64_t{3};
-    const int64_t end = (row_groups + g1) * kScaleSize;
     const unsigned char* scales = static_cast<const unsigned char*>(p.scales);
     const unsigned char* biases = static_cast<const unsigned char*>(p.biases);
-    for (int w = lane % kLanesPerRow; w < words; w += kLanesPerRow) {
-      const int64_t byte = first + 4 * w;
-      const int bytes = byte < end ? static_cast<int>(min(int64_t{4}, array_bytes - byte)) : 0;
-      const int64_t at = bytes > 0 ? byte : 0;
-      const int slot = rr * words + w;
-      cp_async_word(smem_address(windows + slot), scales + at, bytes);
-      cp_async_word(smem_address(windows + kRows * words + slot), biases + at, bytes);
+    const int row_lanes = 1 << window_shift, w0 = lane & (row_lanes - 1);
+    for (int rr = lane >> window_shift; rr < kRows; rr += 32 >> window_shift) {
+      const int64_t row_groups = weight_row(rr) * p.groups_per_row;
+      const int64_t first = ((row_groups + g0) * kScaleSize) & ~int64_t{3};
+      const int64_t end = (row_groups + g1) * kScaleSize;
+#pragma unroll 4
+      for (int w = w0; w < words; w += row_lanes) {
+        const int64_t byte = first + 4 * w;
+        const int bytes = byte < end ? static_cast<int>(min(int64_t{4}, array_bytes - byte)) : 0;
+        const int64_t at = bytes > 0 ? byte : 0;
+        const int slot = rr * words + w;
+        cp_async_word(smem_address(windows + slot), scales + at, bytes);
+        cp_async_word(smem_address(windows + kRows * words + slot), biases + at, bytes);
+      }
     }
   }
   cp_async_commit();

@@ -7,6 +7,7 @@
 #include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
@@ -42,7 +43,9 @@ void launch_gemv_q4(const Problem& p, const Q4Call& call, int split, cudaStream_
   auto* kernel = q4_gemv_kernel<F, kIo, kStages, kTiles>;
   if (smem > 48 * 1024)
     LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  launch_clustered(kernel, grid, threads, smem, stream, static_cast<unsigned>(split), p, call.x_up, call.pairs);
+  const int window_shift = q4_window_shift(16 * kTiles, q4_gemv_layout(p, kStages, kTiles).scale_words);
+  launch_clustered(kernel, grid, threads, smem, stream, static_cast<unsigned>(split), p, call.x_up, call.pairs,
+                   window_shift);
 }
 
 template <class F, Q4Io kIo, int kTiles>
@@ -105,6 +108,17 @@ int forced_choice(const char* name, std::initializer_list<int> allowed) {
 }
 
 }  // namespace
+
+int q4_window_shift(int rows, int words) {
+  static const int forced = forced_choice("LMX_Q4_WINDOW_LANES", {1, 2, 4, 8, 16, 32});
+  int lanes = forced != 0 ? forced : rows == 16 ? 2 : 1;
+  if (forced == 0 && rows != 16)
+    while (lanes < words && lanes < 32) lanes <<= 1;
+  lanes = std::max(lanes, 32 / rows);
+  int shift = 0;
+  while ((1 << shift) < lanes) ++shift;
+  return shift;
+}
 
 Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
