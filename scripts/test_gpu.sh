@@ -2,7 +2,8 @@
 # GPU test suite (needs an NVIDIA GPU): every CUDA kernel against its CPU reference, the CUDA model
 # against the transformers goldens and the CPU, batch invariance on the GPU; then the quantized
 # projection and MoE expert tests again with each plan of the batch-1 4-bit kernel forced (ring depth LMX_Q4_STAGES,
-# rows per warp LMX_Q4_TILES, blocks per row tile LMX_Q4_SPLIT), since a run picks one plan per shape. Optionally under compute-sanitizer memcheck.
+# rows per warp LMX_Q4_TILES, blocks per row tile LMX_Q4_SPLIT, then lanes per row of the scale-window copy
+# LMX_Q4_WINDOW_LANES), since a run picks one plan per shape. Optionally under compute-sanitizer memcheck.
 # Usage: scripts/test_gpu.sh [--memcheck] [gtest args...]   (gtest args: the first pass only)
 # On the GPU machine with a bundle from scripts/device_bundle.sh: scripts/device_run.sh scripts/test_gpu.sh
 set -euo pipefail
@@ -23,4 +24,11 @@ for stages in 2 4; do
         --gtest_filter='CudaLinear.Quantized*:CudaMoeTest.Quantized*' --gtest_brief=1
     done
   done
+done
+# The scale-window copy of the batch-1 4-bit kernel with one lane per row and with whole rows per
+# instruction (q4_window_shift; the default mixes the two by block height).
+for lanes in 1 32; do
+  echo "== batch-1 4-bit kernel with LMX_Q4_WINDOW_LANES=$lanes"
+  LMX_Q4_WINDOW_LANES=$lanes "${runner[@]}" "$binary" --gtest_filter='CudaLinear.Quantized*:CudaMoeTest.Quantized*' \
+    --gtest_brief=1
 done
