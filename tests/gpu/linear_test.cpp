@@ -605,5 +605,27 @@ TEST(CudaKnobs, EnvIntegerParsesOrRejects) {
   ::unsetenv(name);
 }
 
+// LMX_Q4_SEGMENTS's parser (no GPU needed).
+TEST(CudaKnobs, SegmentOverridesParseOrReject) {
+  EXPECT_TRUE(cuda::parse_segment_overrides("").empty());
+  const auto parsed = cuda::parse_segment_overrides("12288x1536=1,1536x6144=11,");
+  ASSERT_EQ(parsed.size(), 2u);
+  EXPECT_EQ(parsed[0].n, 12288);
+  EXPECT_EQ(parsed[0].k, 1536);
+  EXPECT_EQ(parsed[0].segments, 1);
+  EXPECT_EQ(parsed[1].n, 1536);
+  EXPECT_EQ(parsed[1].k, 6144);
+  EXPECT_EQ(parsed[1].segments, 11);
+  for (const char* bad : {"12288x1536", "12288x1536=0", "12288x1536=17", "x1536=2", "12288*1536=2", "1x2=3,,4x5=6",
+                          "1x2=3 ", "-1x2=3"}) {
+    try {
+      (void)cuda::parse_segment_overrides(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("LMX_Q4_SEGMENTS"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lmx

@@ -12,6 +12,8 @@
 #include "lmx/ops/cuda/context.h"
 
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
 namespace lmx::cuda {
 
@@ -42,6 +44,16 @@ struct DeviceQuantized {
 
 // The bound on |scale| for DeviceQuantized::small_scales (s · 2^133 must stay finite in bf16).
 constexpr float kSmallScaleLimit = 0x1p-5f;
+
+// A per-shape choice of K segments for 4-bit projections (linear_tiles.cuh), for A/B runs: the environment
+// variable LMX_Q4_SEGMENTS="NxK=S[,NxK=S...]" gives every [N, K] 4-bit weight S segments (1..16, at most its
+// 128-column chunks). Other segments give other bits, the same in every kernel of a run.
+struct SegmentOverride {
+  int64_t n = 0, k = 0;
+  int segments = 0;
+};
+// Parses such a list (empty: none); InvalidArgument naming the malformed entry.
+std::vector<SegmentOverride> parse_segment_overrides(std::string_view text);
 
 // out = x · Wᵀ for a dense weight (batch must be 1).
 void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out, int64_t out_stride,

@@ -10,22 +10,63 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <string_view>
 
 namespace lmx::cuda {
 
+std::vector<SegmentOverride> parse_segment_overrides(std::string_view text) {
+  std::vector<SegmentOverride> out;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view entry = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    SegmentOverride o;
+    const char* p = entry.data();
+    const char* end = entry.data() + entry.size();
+    auto number = [&](int64_t& value, char stop) {
+      const auto [next, ec] = std::from_chars(p, end, value);
+      const bool ok = ec == std::errc() && next != p && (stop == '\0' ? next == end : next < end && *next == stop);
+      p = ok && stop != '\0' ? next + 1 : next;
+      return ok;
+    };
+    int64_t segments = 0;
+    const bool ok = number(o.n, 'x') && number(o.k, '=') && number(segments, '\0');
+    LMX_REQUIRE(InvalidArgument, ok && o.n > 0 && o.k > 0 && segments >= 1 && segments <= linear::kMaxSegments,
+                "LMX_Q4_SEGMENTS: '{}' is not NxK=S with S in [1, {}]", entry, linear::kMaxSegments);
+    o.segments = static_cast<int>(segments);
+    out.push_back(o);
+  }
+  return out;
+}
+
 namespace linear {
+
+namespace {
+// The segments of a 4-bit [n, k] weight: LMX_Q4_SEGMENTS for its shape, else linear_segments with the knobs
+// LMX_Q4_TARGET_WARPS and LMX_Q4_ONE_SEGMENT_TILES (all for A/B runs).
+int q4_segments(int64_t n, int64_t k, int chunks) {
+  static const int64_t target_warps = env_integer("LMX_Q4_TARGET_WARPS", 0, 0, 1 << 20);
+  static const int64_t one_segment_tiles = env_integer("LMX_Q4_ONE_SEGMENT_TILES", 0, 0, 1 << 20);
+  static const std::vector<SegmentOverride> overrides = [] {
+    const char* v = std::getenv("LMX_Q4_SEGMENTS");
+    return parse_segment_overrides(v != nullptr ? v : "");
+  }();
+  for (const SegmentOverride& o : overrides) {
+    if (o.n != n || o.k != k) continue;
+    LMX_REQUIRE(InvalidArgument, o.segments <= chunks, "LMX_Q4_SEGMENTS: {}x{} has {} chunks, fewer than {} segments",
+                n, k, chunks, o.segments);
+    return o.segments;
+  }
+  return linear_segments(n, k, 4, target_warps, one_segment_tiles);
+}
+}  // namespace
 
 void complete(Problem& p) {
   LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit", p.n);
   p.chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
-  // LMX_Q4_TARGET_WARPS, LMX_Q4_ONE_SEGMENT_TILES: linear_segments' knobs for 4-bit weights (A/B runs; other
-  // segments, other bits, the same in every kernel of a run).
-  static const int64_t q4_target_warps = env_integer("LMX_Q4_TARGET_WARPS", 0, 0, 1 << 20);
-  static const int64_t q4_one_segment_tiles = env_integer("LMX_Q4_ONE_SEGMENT_TILES", 0, 0, 1 << 20);
-  p.segments = p.bits == 4 ? linear_segments(p.n, p.k, p.bits, q4_target_warps, q4_one_segment_tiles)
-                           : linear_segments(p.n, p.k, p.bits);
+  p.segments = p.bits == 4 ? q4_segments(p.n, p.k, p.chunks) : linear_segments(p.n, p.k, p.bits);
   p.x_vec4 = detail::aligned16(p.x) && (p.x_stride % 4 == 0 || p.m == 1);
 }
 
