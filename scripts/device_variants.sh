@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Adds `lmx` binaries built at other commits to the device bundle, for same-run A/Bs and bisection on the
+# GPU machine: each commit is checked out in its own worktree (build/variants/<commit>/src) and built
+# there like scripts/device_bundle.sh builds (sm_90, compressed fatbins; kept, so a second call is
+# incremental), and its stripped `lmx` joins .device/bundle.tar.xz as bin/lmx_<commit> (the bundle is
+# recompressed with xz -9e: the binaries share most bytes, ~1 MB each).
+# Usage: scripts/device_bundle.sh ... && scripts/device_variants.sh COMMIT...   (then run lmx_<commit> there)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+(($#)) || { echo "usage: scripts/device_variants.sh COMMIT..." >&2; exit 2; }
+[ -f .device/bundle.tar.xz ] || { echo "device_variants: no .device/bundle.tar.xz (run scripts/device_bundle.sh)" >&2; exit 1; }
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+tar -C "$stage" -xJf .device/bundle.tar.xz
+for rev in "$@"; do
+  commit=$(git rev-parse --short=7 "$rev^{commit}")
+  dir="$root/build/variants/$commit"
+  if [ ! -d "$dir/src" ]; then
+    mkdir -p "$dir"
+    git worktree add --detach "$dir/src" "$commit" >/dev/null
+  fi
+  if [ ! -f "$dir/build/build.ninja" ]; then
+    cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMX_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_CUDA_FLAGS="-Xfatbin=-compress-all" >/dev/null
+  fi
+  cmake --build "$dir/build" --target lmx
+  strip -o "$stage/bin/lmx_$commit" "$dir/build/lmx"
+  echo "device_variants: bin/lmx_$commit"
+done
+tar -C "$stage" -cf - bin lib | xz -9e -T2 > .device/bundle.tar.xz.new
+mv .device/bundle.tar.xz.new .device/bundle.tar.xz
+ls -la .device/bundle.tar.xz
