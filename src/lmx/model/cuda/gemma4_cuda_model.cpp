@@ -13,8 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <unordered_set>
 
 namespace lmx {
@@ -142,8 +140,8 @@ struct Gemma4CudaModel::RoutingBranch {
 
 namespace {
 bool routing_stream_enabled(const CudaModelOptions& options, const Gemma4Config& config) {
-  const char* env = std::getenv("LMX_MOE_ROUTING_STREAM");
-  if (!options.routing_stream || (env != nullptr && std::strcmp(env, "0") == 0)) return false;
+  static const bool env_allows = cuda::env_integer("LMX_MOE_ROUTING_STREAM", 1, 0, 1) != 0;
+  if (!options.routing_stream || !env_allows) return false;
   return std::any_of(config.layers.begin(), config.layers.end(), [](const Gemma4LayerSpec& l) { return l.moe; });
 }
 }  // namespace
@@ -232,6 +230,8 @@ Gemma4CudaModel::StepPlan Gemma4CudaModel::plan_step(std::span<const StepRow> ro
   Workspace& ws = *ws_;
   if (plan.tokens > ws.tokens || plan.rows > ws.rows) {
     ctx_.synchronize();
+    // (The routing stream too: a step that failed between a fork and its join left work there unjoined.)
+    if (routing_) routing_->ctx.synchronize();
     const int64_t t = std::max(ws.tokens, next_pow2(plan.tokens)), s = std::max(ws.rows, next_pow2(plan.rows));
     ws_ = std::make_unique<Workspace>();
     Workspace& w = *ws_;
