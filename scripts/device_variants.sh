@@ -2,9 +2,11 @@
 # Adds `lmx` binaries built at other commits to the device bundle, for same-run A/Bs and bisection on the
 # GPU machine: each commit is checked out in its own worktree (build/variants/<commit>/src) and built
 # there like scripts/device_bundle.sh builds (sm_90, compressed fatbins; kept, so a second call is
-# incremental), and its stripped `lmx` joins .device/bundle.tar.xz as bin/lmx_<commit> (the bundle is
-# recompressed with xz -9e: the binaries share most bytes, ~1 MB each).
-# Usage: scripts/device_bundle.sh ... && scripts/device_variants.sh COMMIT...   (then run lmx_<commit> there)
+# incremental), and its stripped `lmx` joins .device/bundle.tar.xz as bin/lmx_<commit>. Each variant adds
+# ~4 MB to the bundle (its fatbins are compressed, so xz finds little in common with the others), and the
+# device tool carries 64 MiB with the tree (~55 MB): with an lmx-only bundle (`scripts/device_bundle.sh lmx`,
+# ~6 MB) that is one variant per run. The script warns past 11 MB.
+# Usage: scripts/device_bundle.sh lmx && scripts/device_variants.sh COMMIT   (then run lmx_<commit> there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,3 +33,7 @@ done
 tar -C "$stage" -cf - bin lib | xz -9e -T2 > .device/bundle.tar.xz.new
 mv .device/bundle.tar.xz.new .device/bundle.tar.xz
 ls -la .device/bundle.tar.xz
+bytes=$(stat -c %s .device/bundle.tar.xz)
+if ((bytes > 11 * 1024 * 1024)); then
+  echo "device_variants: warning: the bundle is $((bytes >> 20)) MiB; with the tree it may exceed what the device tool carries" >&2
+fi
