@@ -509,6 +509,17 @@ struct SegmentOperands {
   DType scale_dtype;
   bool x_vec4;  // the x rows (and up halves) allow 16-byte loads
   int chunk_begin, chunk_end;
+
+  // The problem's K shape and x format, and segment `segment` of `segments` over its `chunks` chunks.
+  __device__ __forceinline__ void set_segment(int64_t k_, int group_shift_, DType scale_dtype_, bool x_vec4_,
+                                              int chunks, int segment, int segments) {
+    k = k_;
+    group_shift = group_shift_;
+    scale_dtype = scale_dtype_;
+    x_vec4 = x_vec4_;
+    chunk_begin = segment_begin(segment, segments, chunks);
+    chunk_end = segment_begin(segment + 1, segments, chunks);
+  }
 };
 
 // acc[nt] += the warp's segment product (C fragment: rows g / g + 8, x rows 8 nt + 2c, + 1), from +0: each
@@ -668,12 +679,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
     op.x[nt] = p.x + (op.x_valid[nt] ? token : 0) * p.x_stride;
   }
   op.up_offset = 0;
-  op.k = p.k;
-  op.group_shift = p.group_shift;
-  op.scale_dtype = p.scale_dtype;
-  op.x_vec4 = p.x_vec4;
-  op.chunk_begin = segment_begin(warp, segments, p.chunks);
-  op.chunk_end = segment_begin(warp + 1, segments, p.chunks);
+  op.set_segment(p.k, p.group_shift, p.scale_dtype, p.x_vec4, p.chunks, warp, segments);
   float acc[NT][4];
   decode_segment<F, NT>(op, c, acc);
 

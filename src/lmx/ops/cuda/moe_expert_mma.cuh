@@ -67,12 +67,7 @@ __global__ void __launch_bounds__(kMaxExpertSegments * 32) expert_mma_kernel(con
   if constexpr (!kDown) source = (p.m_tile == 1 ? row : p.sorted_pair[row]) / p.top_k;  // the pair's token
   op.x[0] = p.x + source * p.x_stride;
   op.up_offset = kDown ? p.inter : 0;
-  op.k = p.k;
-  op.group_shift = p.group_shift;
-  op.scale_dtype = p.scale_dtype;
-  op.x_vec4 = p.x_vec4;
-  op.chunk_begin = segment_begin(warp, segments, p.k_chunks);
-  op.chunk_end = segment_begin(warp + 1, segments, p.k_chunks);
+  op.set_segment(p.k, p.group_shift, p.scale_dtype, p.x_vec4, p.k_chunks, warp, segments);
   float acc[1][4];
   decode_segment<F, 1, kDown>(op, c, acc);
 

@@ -9,9 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
-#include <string>
 
 namespace lmx::cuda::linear {
 namespace {
@@ -97,14 +95,13 @@ void decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr) 
     decode_rows<F, 4>(p, stream);
 }
 
-// An A/B override from the environment, read once: one of `allowed`, or 0 when unset.
+// An A/B override from the environment (env_integer): one of `allowed`, or 0 when unset.
 int forced_choice(const char* name, std::initializer_list<int> allowed) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return 0;
-  for (int a : allowed)
-    if (std::to_string(a) == v) return a;
-  LMX_REQUIRE(InvalidArgument, false, "{}: unsupported value '{}'", name, v);
-  return 0;
+  const int64_t v = env_integer(name, -1, 1, std::max(allowed));  // -1: unset
+  if (v < 0) return 0;
+  LMX_REQUIRE(InvalidArgument, std::find(allowed.begin(), allowed.end(), v) != allowed.end(),
+              "{}: unsupported value {}", name, v);
+  return static_cast<int>(v);
 }
 
 }  // namespace
