@@ -352,7 +352,16 @@ TEST_F(CudaAttention, BatchInvariance) {
       std::vector<Query> prefill;
       for (int p = 280; p < 400; ++p) prefill.push_back(make_query(s, 3, p, amplitude(s)));
       prefill.insert(prefill.begin() + 57, target);
-      expect_same(run_gpu(s, seqs, prefill), 57, "inside a prefill call");
+      const std::vector<float> prefill_out = run_gpu(s, seqs, prefill);
+      expect_same(prefill_out, 57, "inside a prefill call");
+      // A query of the 400-key sequence alone, with max_kv_len 400: at most 7 chunk slots, so its decode
+      // call folds the chunk states inside the work item's cluster (no combine kernel); the same bits as
+      // its prefill row.
+      Shape short_call = s;
+      short_call.max_kv_len = 400;
+      const std::vector<float> short_alone = run_gpu(short_call, seqs, {prefill.back()});
+      EXPECT_EQ(0, std::memcmp(short_alone.data(), prefill_out.data() + (prefill.size() - 1) * row, row * sizeof(float)))
+          << name(s) << ": a 400-key decode query vs its prefill row";
       // The same query as a row of a prefill chunk of its own sequence: compare chunk rows with
       // single-query calls of the same rows.
       std::vector<Query> chunk;

@@ -1,9 +1,15 @@
 // Split-KV (flash-decoding) attention: one block per (query token, kv head, block of ≤16 heads of its
-// group, 256-key chunk of the token's visible range), then a combine kernel that folds the chunk
-// states in key order. Numerics: attention_kernels.cuh.
+// group, 64-key chunk of the token's visible range), then the chunk states folded in key order: by a
+// combine kernel, or — when a token has at most kFoldMaxSlots chunk slots — by the blocks of the work
+// item themselves, one thread-block cluster along the slots, through distributed shared memory (one kernel
+// instead of two; the same operations in the same order, so the same bits). Numerics:
+// attention_kernels.cuh.
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
+
+#include <cooperative_groups.h>
 
 namespace lmx::cuda::attn {
 namespace {
@@ -22,7 +28,24 @@ constexpr int decode_nw(int dim_tier) { return dim_tier <= 64 ? 1 : dim_tier / 6
 // copied from the host before the step, and every cache row older than this call was written at least
 // two kernels back, which launch.cuh's contract guarantees complete. With one query token the only new
 // row is its own position; it is copied after the wait. With several, the whole tile waits.
-template <int DT, int NW = decode_nw(DT)>
+// Chunk slots a cluster folds: the portable cluster size.
+constexpr int kFoldMaxSlots = 8;
+
+// Valid chunk slots of a token's key range (the combine kernel's count); 0 when it sees no key.
+__device__ __forceinline__ int valid_slots(const Params& p, int2 range) {
+  if (range.y <= range.x) return 0;
+  const int first = range.x / kChunkKeys;
+  return min((range.y - 1) / kChunkKeys - first + 1, p.n_slots);
+}
+
+// kFold: the work item's n_slots blocks form one cluster (along grid y) and fold their chunk states
+// themselves (fold_cluster); a block whose chunk lies past the token's range computes nothing but still
+// takes part in the fold's barriers. The chunk state then goes to the block's shared memory (over the
+// K tile, which every warp has finished reading when process_tile returns), not to p.part_*.
+template <int DT>
+__device__ __forceinline__ void fold_cluster(const Params& p, char* smem, int t, int2 range);
+
+template <int DT, bool kFold = false, int NW = decode_nw(DT)>
 __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Params p) {
   static_assert(kChunkTiles == 1, "a decode block computes one chunk of one tile");
   using L = Layout<DT, NW, 1>;
@@ -36,6 +59,11 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   const int chunk = range.x / kChunkKeys + static_cast<int>(blockIdx.y);
   if (range.y <= range.x || chunk * kChunkKeys >= range.y) {
     wait_for_prior_kernels();  // (so that this kernel never completes before the previous one)
+    if constexpr (kFold) {
+      allow_next_kernel();
+      setup_rows<DT, NW, 1>(p, smem, t, 1, kvh, hb);  // the row table the fold reads
+      fold_cluster<DT>(p, smem, t, range);
+    }
     return;
   }
 
@@ -75,13 +103,22 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   __syncthreads();  // K, V and Q visible to every warp
   process_tile<DT, NW, 1>(smem, st, key0, lo, hi, p.scale_log2, [] {}, [] {});
 
-  // Chunk state of each valid row: (m, l) and acc.
+  // Chunk state of each valid row: (m, l) and acc — in global partials, or (kFold) in this block's shared
+  // memory: acc [16 rows][DT] floats, then (m, l) [16 rows].
+  float* fold_acc = reinterpret_cast<float*>(smem + L::kK);
+  float2* fold_ml = reinterpret_cast<float2*>(fold_acc + 16 * DT);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r].x < 0) continue;
     const int64_t slot = (static_cast<int64_t>(t) * p.heads + row[r].y) * p.n_slots + blockIdx.y;
-    if (wn == 0 && q4 == 0) p.part_ml[slot] = make_float2(st.m[r], st.l[2 * r]);
-    float* dst = p.part_acc + slot * p.head_dim;
+    const float2 ml = make_float2(st.m[r], st.l[2 * r]);
+    float* dst = kFold ? fold_acc + (g + 8 * r) * DT : p.part_acc + slot * p.head_dim;
+    if (wn == 0 && q4 == 0) {
+      if constexpr (kFold)
+        fold_ml[g + 8 * r] = ml;
+      else
+        p.part_ml[slot] = ml;
+    }
 #pragma unroll
     for (int n = 0; n < D::kNB; ++n) {
       const int col = wn * D::kDW + n * 8 + 2 * q4;
@@ -89,6 +126,69 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
         *reinterpret_cast<float2*>(dst + col) = make_float2(st.acc[n][2 * r], st.acc[n][2 * r + 1]);
     }
   }
+  if constexpr (kFold) fold_cluster<DT>(p, smem, t, range);
+}
+
+// The combine kernel's fold of a work item's chunk states, by the item's cluster: block k's shared memory
+// holds slot k's state (decode_kernel). Every block computes the merge coefficients of the item's rows
+// (exactly as combine_kernel: running maximum, then a_k, b_k from merge_coeffs, l chained with
+// merge_apply), then folds its share of the (row, column) outputs, reading the other blocks' states
+// through distributed shared memory. The last cluster barrier keeps every block's shared memory alive
+// until all reads are done.
+template <int DT>
+__device__ __forceinline__ void fold_cluster(const Params& p, char* smem, int t, int2 range) {
+  using L = Layout<DT, decode_nw(DT), 1>;
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  float* fold_acc = reinterpret_cast<float*>(smem + L::kK);
+  float2* fold_ml = reinterpret_cast<float2*>(fold_acc + 16 * DT);
+  // Coefficients over the P tile (free once every warp is past the first barrier): a, b [16][slots], l [16].
+  float* coef_a = reinterpret_cast<float*>(smem + L::kP);
+  float* coef_b = coef_a + 16 * kFoldMaxSlots;
+  float* coef_l = coef_b + 16 * kFoldMaxSlots;
+  static_assert(sizeof(float) * (2 * kFoldMaxSlots + 1) * 16 <= L::kRed - L::kP, "the P tile holds the coefficients");
+  static_assert(sizeof(float) * 16 * (DT + 2) <= L::kV - L::kK, "the K tile holds a chunk state");
+  const int4* info = reinterpret_cast<const int4*>(smem + L::kRowInfo);
+  const int n = valid_slots(p, range);
+
+  cluster.sync();  // every block's chunk state is in its shared memory
+  if (threadIdx.x < 16 && n > 0 && info[threadIdx.x].x >= 0) {
+    const int row = threadIdx.x;
+    const float2 first = *cluster.map_shared_rank(fold_ml + row, 0);
+    float run = fmaxf(first.x, -INFINITY), l = first.y;  // (the combine's scan starts from -inf too)
+    for (int k = 1; k < n; ++k) {
+      const float2 mk = *cluster.map_shared_rank(fold_ml + row, k);
+      float m, a, b;
+      merge_coeffs(run, mk.x, m, a, b);
+      run = m;
+      l = merge_apply(l, a, mk.y, b);
+      coef_a[row * kFoldMaxSlots + k] = a;
+      coef_b[row * kFoldMaxSlots + k] = b;
+    }
+    coef_l[row] = l;
+  }
+  __syncthreads();
+  const int outputs = p.gh * p.head_dim;
+  const int threads = static_cast<int>(blockDim.x);
+  for (int i = static_cast<int>(blockIdx.y) * threads + static_cast<int>(threadIdx.x); i < outputs;
+       i += static_cast<int>(gridDim.y) * threads) {
+    const int row = i / p.head_dim, d = i % p.head_dim;
+    const int4 ri = info[row];
+    if (ri.x < 0) continue;
+    float* out = p.out + (static_cast<int64_t>(t) * p.heads + ri.y) * p.head_dim + d;
+    if (n == 0) {
+      *out = 0.0f;
+      continue;
+    }
+    const float* own = fold_acc + row * DT + d;
+    float acc = *cluster.map_shared_rank(own, 0);
+#pragma unroll
+    for (int k = 1; k < kFoldMaxSlots; ++k)
+      if (k < n) acc = merge_apply(acc, coef_a[row * kFoldMaxSlots + k], *cluster.map_shared_rank(own, k),
+                                   coef_b[row * kFoldMaxSlots + k]);
+    *out = __fdiv_rn(acc, coef_l[row]);
+  }
+  cluster.sync();  // no block leaves while another may still read its shared memory
 }
 
 constexpr int kCombineThreads = 128;
@@ -156,24 +256,39 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(Params p) {
   }
 }
 
+// Whether the work items' clusters fold their own chunk states (no combine kernel): at most kFoldMaxSlots
+// slots, and not turned off by LMX_ATTN_CLUSTER_FOLD=0 (A/B runs; same bits either way).
+bool fold_in_cluster(const Params& p) {
+  static const bool enabled = env_integer("LMX_ATTN_CLUSTER_FOLD", 1, 0, 1) != 0;
+  return enabled && p.n_slots <= kFoldMaxSlots;
+}
+
 template <int DT>
-void launch_decode_dt(const Params& p, cudaStream_t stream) {
+void launch_decode_dt(const Params& p, cudaStream_t stream, bool fold) {
   using L = Layout<DT, decode_nw(DT), 1>;
-  ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT>), L::kBytes);
   const dim3 grid(static_cast<unsigned>(p.tokens * p.kv_heads * p.head_blocks), static_cast<unsigned>(p.n_slots));
-  launch(decode_kernel<DT>, grid, L::kThreads, L::kBytes, stream, p);
+  if (fold) {
+    ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT, true>), L::kBytes);
+    launch_with_clusters(decode_kernel<DT, true>, grid, L::kThreads, L::kBytes, stream,
+                         dim3(1, static_cast<unsigned>(p.n_slots), 1), p);
+  } else {
+    ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT, false>), L::kBytes);
+    launch(decode_kernel<DT, false>, grid, L::kThreads, L::kBytes, stream, p);
+  }
 }
 
 }  // namespace
 
 void launch_decode(const Params& p, int dim_tier, cudaStream_t stream) {
+  const bool fold = fold_in_cluster(p);
   switch (dim_tier) {
-    case 32: launch_decode_dt<32>(p, stream); break;
-    case 64: launch_decode_dt<64>(p, stream); break;
-    case 128: launch_decode_dt<128>(p, stream); break;
-    case 256: launch_decode_dt<256>(p, stream); break;
-    default: launch_decode_dt<512>(p, stream); break;
+    case 32: launch_decode_dt<32>(p, stream, fold); break;
+    case 64: launch_decode_dt<64>(p, stream, fold); break;
+    case 128: launch_decode_dt<128>(p, stream, fold); break;
+    case 256: launch_decode_dt<256>(p, stream, fold); break;
+    default: launch_decode_dt<512>(p, stream, fold); break;
   }
+  if (fold) return;
   const size_t smem = sizeof(float) * 4 * static_cast<size_t>(p.n_slots);
   launch(combine_kernel, static_cast<unsigned>(p.tokens * p.heads), kCombineThreads, smem, stream, p);
 }

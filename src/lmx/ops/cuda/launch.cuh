@@ -34,22 +34,22 @@ __device__ __forceinline__ void allow_next_kernel() {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch (pdl_enabled(),
-// context.h), the grid's x dimension cut into thread-block clusters of `cluster_x` blocks (Hopper; 1: no
-// clusters); checked.
+// context.h), the grid cut into thread-block clusters of `cluster` blocks (Hopper; 1 x 1 x 1: no clusters);
+// checked.
 template <class... Params, class... Args>
-void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      unsigned cluster_x, Args&&... args) {
+void launch_with_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          dim3 cluster, Args&&... args) {
   cudaLaunchAttribute attributes[2]{};
   unsigned count = 0;
   if (pdl_enabled()) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster_x > 1) {
+  if (cluster.x * cluster.y * cluster.z > 1) {
     attributes[count].id = cudaLaunchAttributeClusterDimension;
-    attributes[count].val.clusterDim.x = cluster_x;
-    attributes[count].val.clusterDim.y = 1;
-    attributes[count++].val.clusterDim.z = 1;
+    attributes[count].val.clusterDim.x = cluster.x;
+    attributes[count].val.clusterDim.y = cluster.y;
+    attributes[count++].val.clusterDim.z = cluster.z;
   }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
@@ -59,6 +59,13 @@ void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   config.attrs = attributes;
   config.numAttrs = count;
   LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// As launch_with_clusters, with clusters of `cluster_x` blocks along the grid's x dimension.
+template <class... Params, class... Args>
+void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      unsigned cluster_x, Args&&... args) {
+  launch_with_clusters(kernel, grid, block, smem, stream, dim3(cluster_x, 1, 1), std::forward<Args>(args)...);
 }
 
 template <class... Params, class... Args>
