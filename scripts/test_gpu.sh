@@ -25,10 +25,13 @@ for stages in 2 4; do
     done
   done
 done
-# The decode attention with its chunk states folded by a combine kernel at every length (the default folds
-# them inside each work item's cluster when a token has at most 8 chunk slots).
-echo "== decode attention with LMX_ATTN_CLUSTER_FOLD=0"
-LMX_ATTN_CLUSTER_FOLD=0 "${runner[@]}" "$binary" --gtest_filter='CudaAttention.*:CudaTinyModels.*' --gtest_brief=1
+# The decode attention with its chunk states folded by a combine kernel at every length (0), and inside
+# portable clusters only (8); the default folds them inside each work item's cluster up to 16 chunk slots.
+for fold in 0 8; do
+  echo "== decode attention with LMX_ATTN_CLUSTER_FOLD=$fold"
+  LMX_ATTN_CLUSTER_FOLD=$fold "${runner[@]}" "$binary" --gtest_filter='CudaAttention.*:CudaTinyModels.*' \
+    --gtest_brief=1
+done
 # The scale-window copy of the batch-1 4-bit kernel with one lane per row and with whole rows per
 # instruction (q4_window_shift; the default mixes the two by block height).
 for lanes in 1 32; do

@@ -232,7 +232,7 @@ float amplitude(const Shape& s) { return s.scale >= 1.0f ? 4.0f / std::sqrt(stat
 
 TEST_F(CudaAttention, DecodeOneQueryAtLastPosition) {
   for (const Shape& s : kShapes)
-    for (int kv_len : {1, 5, 257, 3000}) {
+    for (int kv_len : {1, 5, 257, 1000, 3000}) {  // 1000: 16 chunk slots, folded in one cluster
       const std::vector<HostSeq> seqs = {make_seq(s, kv_len, kv_len + 3)};
       std::vector<Query> qs = {make_query(s, 0, kv_len - 1, amplitude(s))};
       check(s, seqs, qs, false, name(s) + " decode kv_len " + std::to_string(kv_len));
@@ -293,7 +293,7 @@ TEST_F(CudaAttention, SeveralSequencesPerCall) {
 
 TEST_F(CudaAttention, SlidingWindow) {
   for (Shape s : {kShapes[0], kShapes[2], kShapes[3], kShapes[4]})
-    for (int window : {8, 100, 1024}) {
+    for (int window : {8, 100, 500, 1024}) {  // 500: 9 slots, folded in a non-portable cluster
       s.window = window;
       const int kv_len = 1400;
       const std::vector<HostSeq> seqs = {make_seq(s, kv_len), make_seq(s, 300)};
@@ -362,6 +362,11 @@ TEST_F(CudaAttention, BatchInvariance) {
       const std::vector<float> short_alone = run_gpu(short_call, seqs, {prefill.back()});
       EXPECT_EQ(0, std::memcmp(short_alone.data(), prefill_out.data() + (prefill.size() - 1) * row, row * sizeof(float)))
           << name(s) << ": a 400-key decode query vs its prefill row";
+      // With max_kv_len 1024: 16 slots in a (non-portable) cluster, 9 of them past the token's keys.
+      short_call.max_kv_len = 1024;
+      const std::vector<float> wide_alone = run_gpu(short_call, seqs, {prefill.back()});
+      EXPECT_EQ(0, std::memcmp(wide_alone.data(), prefill_out.data() + (prefill.size() - 1) * row, row * sizeof(float)))
+          << name(s) << ": a 400-key decode query in a 16-slot cluster vs its prefill row";
       // The same query as a row of a prefill chunk of its own sequence: compare chunk rows with
       // single-query calls of the same rows.
       std::vector<Query> chunk;

@@ -312,27 +312,32 @@ TEST_F(CudaLinear, QuantizedBatchInvariance) {
     int bits, group;
     int64_t n, k;
     DType scale_dtype = DType::kBF16;
+    bool pair = false;  // DeviceQuantized::gate_up_pair (longer K segments)
   };
   // 4-bit cases cover the batch-1 kernel (q4_gemv_kernel): ragged K (its tail chunk), N not a multiple of
   // its 32 rows, and a K whose shared memory would exceed the limit (the generic kernel runs batch 1
   // instead); many blocks of 4 segments (N = 8480) and 80 blocks of 16 (N = 2560, the shape of E4B's down
   // projection); segments of 5-6 chunks (N = 10240, its 8-deep ring) with a ragged last chunk, for each
   // scale dtype (f16 and f32 windows are read differently from bf16's). scripts/test_gpu.sh reruns this
-  // with every plan forced (LMX_Q4_STAGES, LMX_Q4_TILES).
+  // with every plan forced (LMX_Q4_STAGES, LMX_Q4_TILES). Then gate_up pairs: 26B-A4B's dense gate_up (4 segments
+  // instead of 11) and one with a ragged K.
   for (const Case& c : {Case{4, 64, 300, 4096}, Case{8, 32, 70, ragged_k(32)}, Case{3, 128, 130, 1152},
                         Case{4, 32, 1000, 2560}, Case{6, 64, 17, 448}, Case{4, 64, 77, ragged_k(64)},
                         Case{4, 128, 40, 65536}, Case{4, 64, 8480, 1024}, Case{4, 64, 2560, 4096},
                         Case{4, 64, 10240, 4160}, Case{4, 32, 10240, 4160, DType::kF16},
-                        Case{4, 128, 10240, 4224, DType::kF32}, Case{4, 64, 333, 1344, DType::kF16}}) {
+                        Case{4, 128, 10240, 4224, DType::kF32}, Case{4, 64, 333, 1344, DType::kF16},
+                        Case{4, 64, 4224, 2816, DType::kBF16, true}, Case{4, 64, 1000, ragged_k(64), DType::kBF16, true}}) {
     const ops::QuantizedWeight w = test::random_quantized_weight({c.n, c.k}, c.bits, c.group, c.scale_dtype, true);
-    const DeviceQuantizedWeight dw = upload(w);
+    DeviceQuantizedWeight dw = upload(w);
+    dw.view.gate_up_pair = c.pair;
     check_batch_invariance(
         c.k, c.n,
         [&](const DeviceBuffer& dx, int64_t x_stride, int64_t row0, int64_t m) {
           return quantized(dx, x_stride, row0, m, dw.view, c.n);
         },
         "bits " + std::to_string(c.bits) + " group " + std::to_string(c.group) + " " +
-            std::string(dtype_name(c.scale_dtype)) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k));
+            std::string(dtype_name(c.scale_dtype)) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
+            (c.pair ? " gate_up pair" : ""));
     if (HasFailure()) return;
   }
 }
@@ -475,20 +480,25 @@ TEST_F(CudaLinear, QuantizedLinearGegluMatchesItsTwoOps) {
     bool applies;
     DType scale_dtype = DType::kBF16;
     bool small = false;
+    bool pair = false;  // DeviceQuantized::gate_up_pair, as the model uploads gate_up projections
   };
-  // E4B's gate/up (20480 x 2560), E2B's (12288 x 1536) with small scales, a half (4104) that is not a
-  // multiple of the 16-row tile with a ragged K, f16 and f32 scales; then what it declines: I below
-  // kGegluMinRows (26B-A4B's 4224 x 2816), 8 bits, an odd row count, M > 1.
-  for (const Case& c : {Case{4, 20480, 2560, 1, true}, Case{4, 12288, 1536, 1, true, DType::kBF16, true},
+  // E4B's gate/up (20480 x 2560), E2B's (12288 x 1536; its double-wide 24576 x 1536) with small scales, a half
+  // (4104) that is not a multiple of the 16-row tile with a ragged K, f16 and f32 scales; then what it
+  // declines: I below kGegluMinRows (26B-A4B's 4224 x 2816), 8 bits, an odd row count, M > 1.
+  for (const Case& c : {Case{4, 20480, 2560, 1, true, DType::kBF16, false, true},
+                        Case{4, 12288, 1536, 1, true, DType::kBF16, true, true},
+                        Case{4, 24576, 1536, 1, true, DType::kBF16, true, true},
+                        Case{4, 8208, ragged_k(64), 1, true, DType::kBF16, false, true},
                         Case{4, 8208, ragged_k(64), 1, true}, Case{4, 2 * 4101, 1344, 1, true, DType::kF16},
                         Case{4, 8192, 1024, 1, true, DType::kF32}, Case{4, 4224, 2816, 1, false},
                         Case{8, 8192, 1024, 1, false}, Case{4, 8193, 1024, 1, false}, Case{4, 8192, 1024, 5, false}}) {
     const std::string what = "bits " + std::to_string(c.bits) + " " + std::string(dtype_name(c.scale_dtype)) +
-                             (c.small ? " small" : "") + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
+                             (c.small ? " small" : "") + (c.pair ? " pair" : "") + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
                              " M=" + std::to_string(c.m);
     const ops::QuantizedWeight w = c.small ? small_scale_weight(c.n, c.k, 64, false)
                                            : test::random_quantized_weight({c.n, c.k}, c.bits, 64, c.scale_dtype, true);
-    const DeviceQuantizedWeight dw = upload(w);
+    DeviceQuantizedWeight dw = upload(w);
+    dw.view.gate_up_pair = c.pair;
     ASSERT_EQ(dw.view.small_scales, c.small) << what;
     const Tensor x = test::random_tensor({c.m, c.k}, DType::kF32, -3.0f, 3.0f);
     const int64_t x_stride = c.k + 4, half = c.n / 2;

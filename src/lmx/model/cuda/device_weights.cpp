@@ -173,6 +173,7 @@ DeviceWeights DeviceWeights::upload(const Gemma4Weights& w) {
     o.q_norm = upload_vector(l.q_norm);
     o.k_norm = upload_vector(l.k_norm);
     o.gate_up_proj = upload_stacked({&l.gate_proj, &l.up_proj});
+    o.gate_up_proj.packed.gate_up_pair = o.gate_up_proj.quantized;
     if (!o.gate_up_proj.defined) {
       o.gate_proj = upload_weight(l.gate_proj);
       o.up_proj = upload_weight(l.up_proj);

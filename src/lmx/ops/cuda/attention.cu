@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 namespace lmx::cuda {
@@ -84,6 +85,7 @@ void validate(const AttentionBatch& b) {
 std::mutex g_cache_mutex;
 std::map<std::pair<const void*, int>, int> g_smem_set;
 std::map<std::pair<const void*, int>, int> g_resident;
+std::map<std::tuple<const void*, int, int>, bool> g_clusters_fit;
 
 int current_device() {
   int device = 0;
@@ -150,6 +152,33 @@ int resident_blocks(const void* kernel, int threads, int smem_bytes) {
   const int resident = per_sm * sms;
   g_resident[key] = resident;
   return resident;
+}
+
+bool clusters_fit(const void* kernel, int threads, int smem_bytes, int blocks) {
+  const std::tuple<const void*, int, int> key{kernel, current_device(), blocks};
+  std::lock_guard lock(g_cache_mutex);
+  auto it = g_clusters_fit.find(key);
+  if (it != g_clusters_fit.end()) return it->second;
+  if (blocks > 8)  // past the portable cluster size
+    LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = static_cast<unsigned>(blocks);
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1, static_cast<unsigned>(blocks), 1);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // a cluster size the device refuses: not an error, the caller falls back
+    clusters = 0;
+  }
+  g_clusters_fit[key] = clusters > 0;
+  return clusters > 0;
 }
 
 }  // namespace attn

@@ -28,8 +28,9 @@ constexpr int decode_nw(int dim_tier) { return dim_tier <= 64 ? 1 : dim_tier / 6
 // copied from the host before the step, and every cache row older than this call was written at least
 // two kernels back, which launch.cuh's contract guarantees complete. With one query token the only new
 // row is its own position; it is copied after the wait. With several, the whole tile waits.
-// Chunk slots a cluster folds: the portable cluster size.
-constexpr int kFoldMaxSlots = 8;
+// Chunk slots a cluster folds at most: the H100/H200 non-portable cluster size (keys <= 1024, windows
+// <= 960). Past the portable 8 only where clusters_fit says the device can hold such a cluster.
+constexpr int kFoldMaxSlots = 16;
 
 // Valid chunk slots of a token's key range (the combine kernel's count); 0 when it sees no key.
 __device__ __forceinline__ int valid_slots(const Params& p, int2 range) {
@@ -256,39 +257,45 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(Params p) {
   }
 }
 
-// Whether the work items' clusters fold their own chunk states (no combine kernel): at most kFoldMaxSlots
-// slots, and not turned off by LMX_ATTN_CLUSTER_FOLD=0 (A/B runs; same bits either way).
-bool fold_in_cluster(const Params& p) {
-  static const bool enabled = env_integer("LMX_ATTN_CLUSTER_FOLD", 1, 0, 1) != 0;
-  return enabled && p.n_slots <= kFoldMaxSlots;
+// Chunk slots up to which the work items' clusters fold their own chunk states (no combine kernel):
+// LMX_ATTN_CLUSTER_FOLD (0 = never; A/B runs, same bits either way), else kFoldMaxSlots.
+int fold_slot_limit() {
+  static const int limit = static_cast<int>(env_integer("LMX_ATTN_CLUSTER_FOLD", kFoldMaxSlots, 0, kFoldMaxSlots));
+  return limit;
 }
 
+// The split-KV kernel for a head-dim tier; true when its clusters folded the chunk states (then no
+// combine kernel runs).
 template <int DT>
-void launch_decode_dt(const Params& p, cudaStream_t stream, bool fold) {
+bool launch_decode_dt(const Params& p, cudaStream_t stream) {
   using L = Layout<DT, decode_nw(DT), 1>;
   const dim3 grid(static_cast<unsigned>(p.tokens * p.kv_heads * p.head_blocks), static_cast<unsigned>(p.n_slots));
-  if (fold) {
-    ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT, true>), L::kBytes);
-    launch_with_clusters(decode_kernel<DT, true>, grid, L::kThreads, L::kBytes, stream,
-                         dim3(1, static_cast<unsigned>(p.n_slots), 1), p);
-  } else {
-    ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT, false>), L::kBytes);
-    launch(decode_kernel<DT, false>, grid, L::kThreads, L::kBytes, stream, p);
+  const void* folding = reinterpret_cast<const void*>(&decode_kernel<DT, true>);
+  if (p.n_slots <= fold_slot_limit()) {
+    ensure_smem(folding, L::kBytes);
+    if (clusters_fit(folding, L::kThreads, L::kBytes, p.n_slots)) {
+      launch_with_clusters(decode_kernel<DT, true>, grid, L::kThreads, L::kBytes, stream,
+                           dim3(1, static_cast<unsigned>(p.n_slots), 1), p);
+      return true;
+    }
   }
+  ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT, false>), L::kBytes);
+  launch(decode_kernel<DT, false>, grid, L::kThreads, L::kBytes, stream, p);
+  return false;
 }
 
 }  // namespace
 
 void launch_decode(const Params& p, int dim_tier, cudaStream_t stream) {
-  const bool fold = fold_in_cluster(p);
+  bool folded = false;
   switch (dim_tier) {
-    case 32: launch_decode_dt<32>(p, stream, fold); break;
-    case 64: launch_decode_dt<64>(p, stream, fold); break;
-    case 128: launch_decode_dt<128>(p, stream, fold); break;
-    case 256: launch_decode_dt<256>(p, stream, fold); break;
-    default: launch_decode_dt<512>(p, stream, fold); break;
+    case 32: folded = launch_decode_dt<32>(p, stream); break;
+    case 64: folded = launch_decode_dt<64>(p, stream); break;
+    case 128: folded = launch_decode_dt<128>(p, stream); break;
+    case 256: folded = launch_decode_dt<256>(p, stream); break;
+    default: folded = launch_decode_dt<512>(p, stream); break;
   }
-  if (fold) return;
+  if (folded) return;
   const size_t smem = sizeof(float) * 4 * static_cast<size_t>(p.n_slots);
   launch(combine_kernel, static_cast<unsigned>(p.tokens * p.heads), kCombineThreads, smem, stream, p);
 }

@@ -406,5 +406,9 @@ constexpr int prefill_rows(int dim_tier) { return dim_tier > 128 ? 32 : 64; }
 void ensure_smem(const void* kernel, int bytes);
 // Resident blocks per SM × SMs of the current device for a kernel shape (cached per device).
 int resident_blocks(const void* kernel, int threads, int smem_bytes);
+// Whether thread-block clusters of `blocks` blocks (along y) of the kernel can be resident on the current
+// device (cudaOccupancyMaxActiveClusters ≥ 1; past 8 blocks after opting the kernel in to non-portable
+// sizes). Cached per (kernel, device, blocks); the kernel's shared-memory limit must already be raised.
+bool clusters_fit(const void* kernel, int threads, int smem_bytes, int blocks);
 
 }  // namespace lmx::cuda::attn

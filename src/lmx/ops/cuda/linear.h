@@ -40,6 +40,10 @@ struct DeviceQuantized {
   // quant::finite_magnitudes_below). 4-bit codes with bf16 scales then dequantize in fewer instructions to
   // the same bits; false is always safe.
   bool small_scales = false;
+  // The rows are a GeGLU's gate half then its up half (a stacked gate_up projection, which batch-1 decode
+  // reads through the fused GeGLU kernel: a gate and an up tile per warp). Such weights keep longer K
+  // segments (linear::kPairMinChunks); a property of the weight, so every path of it sums in the same order.
+  bool gate_up_pair = false;
 };
 
 // The bound on |scale| for DeviceQuantized::small_scales (s · 2^133 must stay finite in bf16).

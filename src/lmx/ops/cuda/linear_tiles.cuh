@@ -69,6 +69,7 @@ struct Problem {
   int64_t x_stride = 0, m = 0;
   bool x_vec4 = false;          // x and x_stride allow 16-byte loads
   bool small_scales = false;    // DeviceQuantized::small_scales (bf16-scaled 4-bit codes: FormatQ4<.., true>)
+  bool gate_up_pair = false;    // DeviceQuantized::gate_up_pair (4-bit: segments of >= kPairMinChunks chunks)
   float* out = nullptr;
   int64_t out_stride = 0;
 };
@@ -89,6 +90,13 @@ inline int linear_segments(int64_t n, int64_t k, int bits, int64_t target_warps 
   s = s < kMaxSegments ? s : kMaxSegments;
   return s < 1 ? 1 : static_cast<int>(s);
 }
+
+// Chunks per segment that a 4-bit gate_up pair (DeviceQuantized::gate_up_pair) keeps at least, where
+// linear_segments would cut shorter ones. Measured on the H200 at batch 1 (docs/benchmarks.md, tenth pass):
+// E2B's double-wide 24576 x 1536 GeGLU at 2 segments instead of 3, +5.8 % decode; 26B-A4B's 4224 x 2816 at 4
+// instead of 11, +1.4 %; E4B's 20480 x 2560 best at its 3 already (2: -2.3 %). Plain projections of few rows
+// want the opposite (a minimum of 4 chunks for every weight lost 2 % on E4B).
+constexpr int kPairMinChunks = 5;
 
 __host__ __device__ __forceinline__ int segment_begin(int s, int segments, int chunks) {
   return static_cast<int>(static_cast<int64_t>(s) * chunks / segments);

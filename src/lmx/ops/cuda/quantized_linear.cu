@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <string_view>
@@ -45,8 +46,9 @@ namespace linear {
 
 namespace {
 // The segments of a 4-bit [n, k] weight: LMX_Q4_SEGMENTS for its shape, else linear_segments with the knobs
-// LMX_Q4_TARGET_WARPS and LMX_Q4_ONE_SEGMENT_TILES (all for A/B runs).
-int q4_segments(int64_t n, int64_t k, int chunks) {
+// LMX_Q4_TARGET_WARPS and LMX_Q4_ONE_SEGMENT_TILES (all for A/B runs), no shorter than kPairMinChunks chunks
+// for a gate_up pair.
+int q4_segments(int64_t n, int64_t k, int chunks, bool gate_up_pair) {
   static const int64_t target_warps = env_integer("LMX_Q4_TARGET_WARPS", 0, 0, 1 << 20);
   static const int64_t one_segment_tiles = env_integer("LMX_Q4_ONE_SEGMENT_TILES", 0, 0, 1 << 20);
   static const std::vector<SegmentOverride> overrides = [] {
@@ -59,14 +61,15 @@ int q4_segments(int64_t n, int64_t k, int chunks) {
                 n, k, chunks, o.segments);
     return o.segments;
   }
-  return linear_segments(n, k, 4, target_warps, one_segment_tiles);
+  const int s = linear_segments(n, k, 4, target_warps, one_segment_tiles);
+  return gate_up_pair ? std::max(1, std::min(s, chunks / kPairMinChunks)) : s;
 }
 }  // namespace
 
 void complete(Problem& p) {
   LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit", p.n);
   p.chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
-  p.segments = p.bits == 4 ? q4_segments(p.n, p.k, p.chunks) : linear_segments(p.n, p.k, p.bits);
+  p.segments = p.bits == 4 ? q4_segments(p.n, p.k, p.chunks, p.gate_up_pair) : linear_segments(p.n, p.k, p.bits);
   p.x_vec4 = detail::aligned16(p.x) && (p.x_stride % 4 == 0 || p.m == 1);
 }
 
@@ -99,6 +102,7 @@ Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const Dev
     return v != nullptr && std::string_view(v) == "0";
   }();
   p.small_scales = w.small_scales && !small_scales_off;
+  p.gate_up_pair = w.gate_up_pair;
   p.n = w.rows;
   p.k = w.cols;
   p.row_words = w.cols * w.bits / 32;
