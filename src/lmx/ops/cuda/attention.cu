@@ -3,7 +3,8 @@
 // Two kernels share one numeric definition (attention_kernels.cuh), so a query's output bits do not
 // depend on the path nor on the other queries of the call:
 //  - split-KV decode (attention_decode.cu): calls with at most kDecodeMaxTokens query tokens; one
-//    block per (token, kv head, ≤16 heads, 256-key chunk), partial states in `partials`, a combine;
+//    block per (token, kv head, ≤16 heads, 64-key chunk), partial states in `partials` and a combine
+//    kernel, or (≤ 16 chunk slots) folded inside each work item's thread-block cluster;
 //  - tiled prefill (attention_prefill.cu): every other call; persistent blocks walk (token tile,
 //    kv head) items, `partials` holds the tile list.
 // The choice uses host-side shape only (tokens, heads, head_dim, max_kv_len, window); since both
