@@ -162,11 +162,7 @@ bool clusters_fit(const void* kernel, int threads, int smem_bytes, int blocks) {
   if (it != g_clusters_fit.end()) return it->second;
   if (blocks > 8)  // past the portable cluster size
     LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1;
-  cluster.val.clusterDim.y = static_cast<unsigned>(blocks);
-  cluster.val.clusterDim.z = 1;
+  cudaLaunchAttribute cluster = cluster_attribute(dim3(1, static_cast<unsigned>(blocks), 1));
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(1, static_cast<unsigned>(blocks), 1);
   config.blockDim = dim3(static_cast<unsigned>(threads));

@@ -33,6 +33,16 @@ __device__ __forceinline__ void allow_next_kernel() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// The launch attribute that cuts a grid into thread-block clusters of `cluster` blocks (Hopper).
+inline cudaLaunchAttribute cluster_attribute(dim3 cluster) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = cluster.x;
+  a.val.clusterDim.y = cluster.y;
+  a.val.clusterDim.z = cluster.z;
+  return a;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch (pdl_enabled(),
 // context.h), the grid cut into thread-block clusters of `cluster` blocks (Hopper; 1 x 1 x 1: no clusters);
 // checked.
@@ -45,12 +55,7 @@ void launch_with_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster.x * cluster.y * cluster.z > 1) {
-    attributes[count].id = cudaLaunchAttributeClusterDimension;
-    attributes[count].val.clusterDim.x = cluster.x;
-    attributes[count].val.clusterDim.y = cluster.y;
-    attributes[count++].val.clusterDim.z = cluster.z;
-  }
+  if (cluster.x * cluster.y * cluster.z > 1) attributes[count++] = cluster_attribute(cluster);
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
