@@ -8,9 +8,10 @@
 //   and the first kStages are requested before waiting for the previous kernel (programmatic dependent
 //   launch, launch.cuh), so they stream in while it finishes. The ring is short (2 chunks by default) on
 //   purpose: a small shared-memory footprint lets the next kernel's blocks become resident early too;
-// - each warp copies the scales and biases of its segment once, as 4-byte words of each row's window
-//   (coalesced), instead of two 2-byte loads per row, lane and chunk (ncu: those loads were the main
-//   L1 stall of the register-fed version, and 40 % of its L2 sectors were excess);
+// - each warp copies the scales and biases of its segment once, as the 16-byte blocks that hold each row's
+//   window (coalesced), instead of two 2-byte loads per row, lane and chunk (ncu: those loads were the main
+//   L1 stall of the register-fed version, and 40 % of its L2 sectors were excess). 16-byte blocks, not
+//   4-byte words: the copy was 30 % of the instructions of a 32-row kernel (ncu, 20480 x 2560);
 // - x is converted once per warp into shared memory as the lane-ordered bf16 pairs of its mma B fragments
 //   (256 bytes per 128-column chunk; lanes of equal c read the same 64 bytes, a broadcast);
 // - each warp runs kTiles independent mma chains (16-row tiles) that share the x fragment: one (16 rows
@@ -27,7 +28,7 @@
 //   expert's matrix of a stack, x and out its rows; a pair's outputs are the plain projection's bits.
 // Shared memory: the segment partials ([segments][16 kTiles] f32), then per warp: the weight ring
 // ([kStages][tile][half][lane] 16 bytes), the staged x, the scale and the bias windows
-// ([16 kTiles rows][scale_words] words each); q4_gemv_smem_bytes. The kernel's limits are the
+// ([16 kTiles rows][scale_blocks] 16-byte blocks each); q4_gemv_smem_bytes. The kernel's limits are the
 // number of segments (a block is one warp per segment, or per half of them when the plan splits a row tile
 // over a cluster of two blocks; the segment sums then meet in the first block's partials) and 227 KiB of
 // shared memory per block.
@@ -70,9 +71,17 @@ __host__ __device__ inline int q4_gemv_warps(const Problem& p, int split) {
 }
 
 // Per-warp shared-memory layout of q4_gemv_kernel, a function of the problem and its plan.
+// 16-byte blocks that cover one row's scale window in the longest segment: its groups span max_chunks * 128 /
+// group scales, and the window of aligned blocks may start up to 15 bytes before the first.
+__host__ __device__ inline int q4_window_blocks(const Problem& p) {
+  const int max_chunks = (p.chunks + p.segments - 1) / p.segments;
+  const int scale_size = p.scale_dtype == DType::kF32 ? 4 : 2;
+  return (max_chunks * (kChunk >> p.group_shift) * scale_size + 15 + 15) / 16;
+}
+
 struct Q4GemvLayout {
   int x_chunks = 0;     // staged x chunks
-  int scale_words = 0;  // words per row of the scale (and of the bias) window; odd (bank spread)
+  int scale_blocks = 0;  // 16-byte blocks per row of the scale (and of the bias) window; odd (bank spread)
   int ring_bytes = 0, x_bytes = 0, scale_bytes = 0;
   __host__ __device__ int warp_bytes() const { return ring_bytes + x_bytes + scale_bytes; }
 };
@@ -81,13 +90,12 @@ __host__ __device__ inline Q4GemvLayout q4_gemv_layout(const Problem& p, int sta
   Q4GemvLayout l;
   const int rows = 16 * tiles;
   const int max_chunks = (p.chunks + p.segments - 1) / p.segments;  // the longest segment
-  const int scale_size = p.scale_dtype == DType::kF32 ? 4 : 2;
   l.x_chunks = max_chunks + 1;
-  // A segment's groups span max_chunks * 128 / group scales; its word window may start 2 bytes early.
-  l.scale_words = ((max_chunks * (kChunk >> p.group_shift) * scale_size + 3) / 4 + 1) | 1;
+  // An odd row stride (in blocks) puts the 8 rows g of an mma fragment in 8 different bank groups.
+  l.scale_blocks = q4_window_blocks(p) | 1;
   l.ring_bytes = stages * rows * 64;  // a chunk of a row is 64 bytes
   l.x_bytes = 64 * 4 * l.x_chunks;
-  l.scale_bytes = 2 * rows * 4 * l.scale_words;
+  l.scale_bytes = 2 * rows * 16 * l.scale_blocks;
   return l;
 }
 
@@ -117,11 +125,6 @@ __device__ __forceinline__ float shared_scale(const unsigned char* p) {
     return *reinterpret_cast<const float*>(p);
 }
 
-// 4-byte asynchronous copy of `bytes` (0..4) valid source bytes, the rest zero-filled.
-__device__ __forceinline__ void cp_async_word(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
 // 16-byte asynchronous weight copy, bypassing L1, with a 256-byte L2 prefetch (the row's next chunks).
 __device__ __forceinline__ void cp_async_stream16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
@@ -146,11 +149,11 @@ struct Q4Pairs {
 };
 
 // Lanes per row of q4_gemv_kernel's scale and bias window copy, as a shift (2^shift lanes, from 32 / rows to
-// 32): one or two lanes per row for 16-row blocks (each lane's row offsets computed once; E4B decode +2.2 %,
-// docs/benchmarks.md, ninth pass), else the power of two that covers a row's window words, so that a warp's
-// copy reads whole rows (coalesced; the copy before the ninth pass). LMX_Q4_WINDOW_LANES=1|2|..|32 forces
-// a lane count (A/B runs; at least 32 / rows).
-int q4_window_shift(int rows, int words);
+// 32): two lanes per row for 16-row blocks (each lane's row offsets computed once; E4B decode +2.2 % with
+// 4-byte words, docs/benchmarks.md, ninth pass), else the power of two that covers a row's window blocks, so
+// that a warp's copy reads whole rows (coalesced). LMX_Q4_WINDOW_LANES=1|2|..|32 forces a lane count (A/B
+// runs; at least 32 / rows).
+int q4_window_shift(int rows, int blocks);
 
 // x_up, pairs and window_shift are parameters of their own, not Problem fields (a larger Problem cost registers in an
 // earlier, register-fed version of this kernel).
@@ -197,12 +200,12 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
   const int chunk_end = segment < segments ? segment_begin(segment + 1, segments, p.chunks) : p.chunks;
   const int main_end = min(chunk_end, static_cast<int>(p.k / kChunk));  // full chunks of this segment
   const Q4GemvLayout layout = q4_gemv_layout(p, kStages, kTiles);
-  const int words = layout.scale_words;
+  const int blocks = layout.scale_blocks;
   float* partial = reinterpret_cast<float*>(smem);  // [segments][kRows]
   unsigned char* mine = smem + sizeof(float) * segments * kRows + warp * layout.warp_bytes();
   uint4* ring = reinterpret_cast<uint4*>(mine);     // [kStages][tile][half][lane]
   uint32_t* xs = reinterpret_cast<uint32_t*>(mine + layout.ring_bytes);  // [chunk - chunk_begin][c][16 pairs]
-  uint32_t* windows = reinterpret_cast<uint32_t*>(mine + layout.ring_bytes + layout.x_bytes);  // [2][kRows][words]
+  uint32_t* windows = reinterpret_cast<uint32_t*>(mine + layout.ring_bytes + layout.x_bytes);  // [2][kRows][blocks]
 
   // Rows (t, h): tile t, half h → block row 16 t + 8 h + g.
   const uint32_t* row_w[kTiles][2];
@@ -211,28 +214,29 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_w[t][h] = p.weight + weight_row(16 * t + 8 * h + g) * p.row_words;
 
-  // The scale and bias windows: row rr's groups [g0, g1) of this segment, as the aligned words that hold
-  // them (bytes past the arrays' ends zero-filled, never read). 2^window_shift lanes copy each row
-  // (q4_window_shift): a lane computes a row's offsets once and copies every 2^window_shift-th word of it.
+  // The scale and bias windows: row rr's groups [g0, g1) of this segment, as the aligned 16-byte blocks that
+  // hold them (the plan requires 16-byte aligned arrays; bytes past an array's end zero-filled, never read).
+  // 2^window_shift lanes copy each row (q4_window_shift): a lane computes a row's offsets once and copies
+  // every 2^window_shift-th block of it.
   const int64_t g0 = (static_cast<int64_t>(chunk_begin) * kChunk) >> p.group_shift;
   const int64_t g1 = min((static_cast<int64_t>(chunk_end) * kChunk) >> p.group_shift, p.groups_per_row);
   const int64_t array_bytes = (expert_row0 + p.n) * p.groups_per_row * kScaleSize;  // (the expert's end)
   {
     const unsigned char* scales = static_cast<const unsigned char*>(p.scales);
     const unsigned char* biases = static_cast<const unsigned char*>(p.biases);
-    const int row_lanes = 1 << window_shift, w0 = lane & (row_lanes - 1);
+    const int row_lanes = 1 << window_shift, b0 = lane & (row_lanes - 1);
+    const uint32_t scale_window = smem_address(windows), bias_window = scale_window + 16 * kRows * blocks;
     for (int rr = lane >> window_shift; rr < kRows; rr += 32 >> window_shift) {
       const int64_t row_groups = weight_row(rr) * p.groups_per_row;
-      const int64_t first = ((row_groups + g0) * kScaleSize) & ~int64_t{3};
+      const int64_t first = ((row_groups + g0) * kScaleSize) & ~int64_t{15};
       const int64_t end = (row_groups + g1) * kScaleSize;
-#pragma unroll 4
-      for (int w = w0; w < words; w += row_lanes) {
-        const int64_t byte = first + 4 * w;
-        const int bytes = byte < end ? static_cast<int>(min(int64_t{4}, array_bytes - byte)) : 0;
-        const int64_t at = bytes > 0 ? byte : 0;
-        const int slot = rr * words + w;
-        cp_async_word(smem_address(windows + slot), scales + at, bytes);
-        cp_async_word(smem_address(windows + kRows * words + slot), biases + at, bytes);
+      for (int b = b0; b < blocks; b += row_lanes) {
+        const int64_t byte = first + 16 * b;
+        if (byte >= end) break;
+        const int bytes = static_cast<int>(min(int64_t{16}, array_bytes - byte));
+        const uint32_t slot = 16 * (rr * blocks + b);
+        cp_async16_bytes(scale_window + slot, scales + byte, bytes);
+        cp_async16_bytes(bias_window + slot, biases + byte, bytes);
       }
     }
   }
@@ -245,7 +249,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
     for (int h = 0; h < 2; ++h) {
       const int rr = 16 * t + 8 * h + g;
       const int64_t r = weight_row(rr);
-      window[t][h] = 4 * rr * words + static_cast<int>(((r * p.groups_per_row + g0) * kScaleSize) & 3);
+      window[t][h] = 16 * rr * blocks + static_cast<int>(((r * p.groups_per_row + g0) * kScaleSize) & 15);
     }
 
   // Chunk j into ring slot `slot` (nothing past the full chunks); one commit group either way.
@@ -333,7 +337,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
   const unsigned char* scale_bytes = reinterpret_cast<const unsigned char*>(windows);
-  const unsigned char* bias_bytes = scale_bytes + 4 * kRows * words;
+  const unsigned char* bias_bytes = scale_bytes + 16 * kRows * blocks;
   const int g0_32 = static_cast<int>(g0);
   int slot = 0;
   for (int j = chunk_begin; j < main_end; ++j) {

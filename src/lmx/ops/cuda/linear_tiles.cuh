@@ -99,7 +99,7 @@ inline int linear_segments(int64_t n, int64_t k, int bits, int64_t target_warps 
 constexpr int kPairMinChunks = 5;
 
 __host__ __device__ __forceinline__ int segment_begin(int s, int segments, int chunks) {
-  return static_cast<int>(static_cast<int64_t>(s) * chunks / segments);
+  return s * chunks / segments;  // (32-bit: s <= kMaxSegments and chunks < 2^24, as k < 2^31)
 }
 
 // ---- Small device helpers -----------------------------------------------------------------------------------
@@ -158,12 +158,18 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// 16-byte asynchronous copy global → shared of src_bytes (0..16) source bytes, bypassing L1; the rest of
+// the 16 bytes is zero-filled. Both addresses 16-byte aligned.
+__device__ __forceinline__ void cp_async16_bytes(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
 // 16-byte (or `bytes`-byte, 4/8/16) asynchronous copy global → shared; zero-fills when !valid.
 template <int kBytes>
 __device__ __forceinline__ void cp_async(uint32_t dst, const void* src, bool valid) {
   const int src_bytes = valid ? kBytes : 0;
   if constexpr (kBytes == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+    cp_async16_bytes(dst, src, src_bytes);
   else
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(kBytes),
                  "r"(src_bytes)

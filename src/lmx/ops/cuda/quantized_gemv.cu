@@ -41,7 +41,7 @@ void launch_gemv_q4(const Problem& p, const Q4Call& call, int split, cudaStream_
   auto* kernel = q4_gemv_kernel<F, kIo, kStages, kTiles>;
   if (smem > 48 * 1024)
     LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const int window_shift = q4_window_shift(16 * kTiles, q4_gemv_layout(p, kStages, kTiles).scale_words);
+  const int window_shift = q4_window_shift(16 * kTiles, q4_window_blocks(p));
   launch_clustered(kernel, grid, threads, smem, stream, static_cast<unsigned>(split), p, call.x_up, call.pairs,
                    window_shift);
 }
@@ -106,11 +106,11 @@ int forced_choice(const char* name, std::initializer_list<int> allowed) {
 
 }  // namespace
 
-int q4_window_shift(int rows, int words) {
+int q4_window_shift(int rows, int blocks) {
   static const int forced = forced_choice("LMX_Q4_WINDOW_LANES", {1, 2, 4, 8, 16, 32});
   int lanes = forced != 0 ? forced : rows == 16 ? 2 : 1;
   if (forced == 0 && rows != 16)
-    while (lanes < words && lanes < 32) lanes <<= 1;
+    while (lanes < blocks && lanes < 32) lanes <<= 1;
   lanes = std::max(lanes, 32 / rows);
   int shift = 0;
   while ((1 << shift) < lanes) ++shift;
@@ -122,8 +122,9 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
   static const int forced_split = forced_choice("LMX_Q4_SPLIT", {1, 2});
   Q4GemvPlan plan;
-  const auto aligned4 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 3u) == 0; };
-  if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !aligned4(p.scales) || !aligned4(p.biases))
+  // (The scale and bias windows are copied in 16-byte blocks.)
+  const auto aligned16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !aligned16(p.scales) || !aligned16(p.biases))
     return plan;
   // Measured on the H200 (docs/benchmarks.md): 2 chunks in flight per warp and 16 rows per warp except for
   // very tall matrices (the LM head, 21504 x 5376). Deeper rings won some isolated GEMVs (16384 x 4096:
