@@ -70,15 +70,20 @@ __host__ __device__ inline int q4_gemv_warps(const Problem& p, int split) {
   return (p.segments + split - 1) / split;
 }
 
-// Per-warp shared-memory layout of q4_gemv_kernel, a function of the problem and its plan.
+// Chunks of the problem's longest K segment.
+__host__ __device__ inline int q4_max_segment_chunks(const Problem& p) {
+  return (p.chunks + p.segments - 1) / p.segments;
+}
+
 // 16-byte blocks that cover one row's scale window in the longest segment: its groups span max_chunks * 128 /
 // group scales, and the window of aligned blocks may start up to 15 bytes before the first.
 __host__ __device__ inline int q4_window_blocks(const Problem& p) {
-  const int max_chunks = (p.chunks + p.segments - 1) / p.segments;
   const int scale_size = p.scale_dtype == DType::kF32 ? 4 : 2;
-  return (max_chunks * (kChunk >> p.group_shift) * scale_size + 15 + 15) / 16;
+  return (q4_max_segment_chunks(p) * (kChunk >> p.group_shift) * scale_size + 15 + 15) / 16;
 }
 
+// Per-warp shared-memory layout of q4_gemv_kernel, a function of the problem and its plan. Every part is a
+// multiple of 16 bytes, so each warp's windows start 16-byte aligned (the 16-byte copies need it).
 struct Q4GemvLayout {
   int x_chunks = 0;     // staged x chunks
   int scale_blocks = 0;  // 16-byte blocks per row of the scale (and of the bias) window; odd (bank spread)
@@ -89,8 +94,7 @@ struct Q4GemvLayout {
 __host__ __device__ inline Q4GemvLayout q4_gemv_layout(const Problem& p, int stages, int tiles) {
   Q4GemvLayout l;
   const int rows = 16 * tiles;
-  const int max_chunks = (p.chunks + p.segments - 1) / p.segments;  // the longest segment
-  l.x_chunks = max_chunks + 1;
+  l.x_chunks = q4_max_segment_chunks(p) + 1;
   // An odd row stride (in blocks) puts the 8 rows g of an mma fragment in 8 different bank groups.
   l.scale_blocks = q4_window_blocks(p) | 1;
   l.ring_bytes = stages * rows * 64;  // a chunk of a row is 64 bytes

@@ -3,6 +3,7 @@
 // q4_gemv_kernel (linear_decode_q4.cuh), which computes the same bits faster (and can take a GeGLU input,
 // form a GeGLU output, or run the MoE decode's gathered GEMVs).
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
@@ -123,8 +124,8 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   static const int forced_split = forced_choice("LMX_Q4_SPLIT", {1, 2});
   Q4GemvPlan plan;
   // (The scale and bias windows are copied in 16-byte blocks.)
-  const auto aligned16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
-  if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !aligned16(p.scales) || !aligned16(p.biases))
+  if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !detail::aligned16(p.scales) ||
+      !detail::aligned16(p.biases))
     return plan;
   // Measured on the H200 (docs/benchmarks.md): 2 chunks in flight per warp and 16 rows per warp except for
   // very tall matrices (the LM head, 21504 x 5376). Deeper rings won some isolated GEMVs (16384 x 4096:
