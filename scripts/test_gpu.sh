@@ -29,7 +29,7 @@ done
 # portable clusters only (8); the default folds them inside each work item's cluster up to 16 chunk slots.
 for fold in 0 8; do
   echo "== decode attention with LMX_ATTN_CLUSTER_FOLD=$fold"
-  LMX_ATTN_CLUSTER_FOLD=$fold "${runner[@]}" "$binary" --gtest_filter='CudaAttention.*:CudaTinyModels.*' \
+  LMX_ATTN_CLUSTER_FOLD=$fold "${runner[@]}" "$binary" --gtest_filter='CudaAttention.*:*CudaTinyModels.*' \
     --gtest_brief=1
 done
 # The scale-window copy of the batch-1 4-bit kernel with one lane per row and with whole rows per
