@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 namespace lmx {
@@ -161,6 +162,12 @@ std::unique_ptr<Gemma4CudaModel> Gemma4CudaModel::load(const std::string& dir, c
 Gemma4CudaModel::Gemma4CudaModel(Gemma4Config config, const Gemma4Weights& weights, const CudaModelOptions& options)
     : config_(std::move(config)), options_(options), ctx_(options.device), ws_(std::make_unique<Workspace>()) {
   weights_ = DeviceWeights::upload(weights);
+  skips_ = DecodeSkips::from_env();
+  if (skips_.any())
+    std::fprintf(stderr,
+                 "lmx: LMX_DEBUG_SKIP=%s leaves parts out of every single-token step; its outputs are "
+                 "meaningless\n",
+                 skips_.describe().c_str());
   if (routing_stream_enabled(options_, config_)) routing_ = std::make_unique<RoutingBranch>(options.device);
   weight_bytes_per_token_ = decode_weight_bytes(config_, weights);
   for (const auto& l : config_.layers) {
@@ -377,6 +384,7 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   const int64_t q_width = static_cast<int64_t>(heads) * dim, kv_width = static_cast<int64_t>(kv_heads) * dim;
   const float eps = config_.rms_norm_eps;
   const float* inv_freq = inv_freq_[static_cast<size_t>(layer)].as<const float>();
+  const bool decode = t == 1;  // (skips_ apply to decode steps)
 
   // Projections: one stacked q | k (| v) matrix when the weights allowed it (w.q then holds rows of
   // qkv_proj.rows() floats), else one per output.
@@ -386,7 +394,7 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   int64_t q_stride = q_width, kv_stride = kv_width;
   if (lw.qkv_proj.defined) {
     const int64_t width = lw.qkv_proj.rows();
-    linear(lw.qkv_proj, w.normed.as<float>(), config_.hidden_size, t, q, width);
+    if (!(decode && skips_.qkv)) linear(lw.qkv_proj, w.normed.as<float>(), config_.hidden_size, t, q, width);
     q_stride = kv_stride = width;
     k = q + q_width;
     v = spec.k_eq_v ? k : k + kv_width;
@@ -411,7 +419,8 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
     jobs[job_count++] = {v, kv_stride, kv_heads, nullptr, false,
                          w.v_table(spec.cache_index, config_.num_cache_layers)};
   }
-  cuda::attention_inputs(jobs, job_count, t, dim, eps, w.positions(), w.q_seq(), inv_freq, s);
+  if (!(decode && skips_.inputs))
+    cuda::attention_inputs(jobs, job_count, t, dim, eps, w.positions(), w.q_seq(), inv_freq, s);
   cuda::AttentionBatch batch;
   batch.q = q;
   batch.q_stride = q_stride;
@@ -430,8 +439,9 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   batch.scale = 1.0f;
   const size_t partial_bytes = cuda::attention_partials_bytes(batch);
   void* partials = ctx_.scratch(cuda::Scratch::kAttentionPartials, std::max<size_t>(partial_bytes, 1));
-  cuda::attention(batch, static_cast<float*>(partials), partial_bytes, s);
-  linear(lw.o_proj, w.attn.as<float>(), q_width, t, w.proj.as<float>(), config_.hidden_size);
+  if (!(decode && skips_.attention)) cuda::attention(batch, static_cast<float*>(partials), partial_bytes, s);
+  if (!(decode && skips_.o_proj))
+    linear(lw.o_proj, w.attn.as<float>(), q_width, t, w.proj.as<float>(), config_.hidden_size);
 }
 
 // The router and the experts read the residual stream itself, normed (one kernel, moe_inputs, for both
@@ -470,9 +480,13 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
   const float eps = config_.rms_norm_eps;
   float* ffn = w.ffn.as<float>();
 
-  if (spec.moe) enqueue_routing(layer, plan);
+  const bool decode = t == 1;  // (skips_ apply to decode steps)
+  const bool experts = spec.moe && !(decode && skips_.experts);
+  if (experts) enqueue_routing(layer, plan);
   float* gate = w.gate.as<float>();
-  if (lw.gate_up_proj.defined) {
+  if (decode && skips_.mlp) {
+    // (timing only: the dense MLP left out)
+  } else if (lw.gate_up_proj.defined) {
     // One stacked projection: row r of `gate` holds gate(x) then up(x) — or, where the projection forms the
     // GeGLU itself (batch 1, 4-bit, wide MLPs), gelu_tanh(gate) * up.
     if (lw.gate_up_proj.quantized &&
@@ -487,7 +501,7 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
     linear(lw.up_proj, w.normed.as<float>(), hidden, t, w.up.as<float>(), inter);
     linear_gelu(lw.down_proj, gate, inter, w.up.as<float>(), inter, t, ffn, hidden);
   }
-  if (spec.moe) {
+  if (experts) {
     // The experts' combine norms their sum and the dense MLP's output and adds them into ffn.
     cuda::MoeOutputNorms norms;
     norms.dense_out = ffn;
@@ -528,29 +542,36 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
   if (layers > 0)
     cuda::rms_norm(x, hidden, normed, hidden, t, static_cast<int>(hidden), weights_.layers[0].input_layernorm.get(),
                    eps, s);
-  for (int i = 0; i < layers; ++i) {
+  const bool decode = t == 1;  // (skips_ apply to decode steps)
+  const bool residual = !(decode && skips_.residual);
+  for (int i = 0; i < layers && !(decode && skips_.layers); ++i) {
     const DeviceLayerWeights& lw = weights_.layers[static_cast<size_t>(i)];
     // The next layer's input norm, fused into this layer's last residual step (none after the last).
     const float* next_norm = i + 1 < layers ? weights_.layers[static_cast<size_t>(i) + 1].input_layernorm.get() : nullptr;
     float* next_normed = i + 1 < layers ? normed : nullptr;
     enqueue_attention(i, plan);
-    cuda::residual_norm(x, w.proj.as<float>(), lw.post_attention_layernorm.get(), 1.0f, normed,
-                        lw.pre_feedforward_layernorm.get(), t, static_cast<int>(hidden), eps, s);
+    if (residual)
+      cuda::residual_norm(x, w.proj.as<float>(), lw.post_attention_layernorm.get(), 1.0f, normed,
+                          lw.pre_feedforward_layernorm.get(), t, static_cast<int>(hidden), eps, s);
     enqueue_ffn(i, plan);
     if (ple_width == 0) {
-      cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), lw.layer_scalar, next_normed,
-                          next_norm, t, static_cast<int>(hidden), eps, s);
+      if (residual)
+        cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), lw.layer_scalar,
+                            next_normed, next_norm, t, static_cast<int>(hidden), eps, s);
     } else {
-      cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), 1.0f, nullptr, nullptr, t,
-                          static_cast<int>(hidden), eps, s);
+      if (residual)
+        cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), 1.0f, nullptr, nullptr,
+                            t, static_cast<int>(hidden), eps, s);
+      if (decode && skips_.ple) continue;
       float* gate = w.ple_gate.as<float>();
       linear(lw.per_layer_input_gate, x, hidden, t, gate, ple_width);
       const int64_t ple_stride = static_cast<int64_t>(config_.num_hidden_layers) * ple_width;
       float* projected = w.proj.as<float>();
       linear_gelu(lw.per_layer_projection, gate, ple_width, w.ple.as<float>() + i * ple_width, ple_stride, t,
                   projected, hidden);
-      cuda::residual_norm(x, projected, lw.post_per_layer_input_norm.get(), lw.layer_scalar, next_normed, next_norm,
-                          t, static_cast<int>(hidden), eps, s);
+      if (residual)
+        cuda::residual_norm(x, projected, lw.post_per_layer_input_norm.get(), lw.layer_scalar, next_normed,
+                            next_norm, t, static_cast<int>(hidden), eps, s);
     }
   }
 

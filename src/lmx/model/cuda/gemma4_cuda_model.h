@@ -4,6 +4,7 @@
 #pragma once
 
 #include "lmx/model/cuda/device_weights.h"
+#include "lmx/model/decode_skips.h"
 #include "lmx/model/gemma4_config.h"
 #include "lmx/model/language_model.h"
 #include "lmx/ops/cuda/context.h"
@@ -76,6 +77,7 @@ class Gemma4CudaModel final : public LanguageModel {
 
   Gemma4Config config_;
   CudaModelOptions options_;
+  DecodeSkips skips_;  // LMX_DEBUG_SKIP (timing only; decode_skips.h)
   cuda::CudaContext ctx_;
   DeviceWeights weights_;
   size_t weight_bytes_per_token_ = 0;
