@@ -15,6 +15,13 @@ constexpr std::pair<std::string_view, bool DecodeSkips::*> kParts[] = {
     {"experts", &DecodeSkips::experts},     {"ple", &DecodeSkips::ple},  {"layers", &DecodeSkips::layers},
 };
 
+// Every part's name, comma-separated (for the error message).
+std::string known_parts() {
+  DecodeSkips all;
+  for (const auto& [part, member] : kParts) all.*member = true;
+  return all.describe();
+}
+
 }  // namespace
 
 DecodeSkips DecodeSkips::parse(std::string_view list) {
@@ -27,10 +34,7 @@ DecodeSkips DecodeSkips::parse(std::string_view list) {
     bool known = false;
     for (const auto& [part, member] : kParts)
       if (part == name) skips.*member = known = true;
-    LMX_REQUIRE(
-        InvalidArgument, known,
-        "LMX_DEBUG_SKIP: unknown part '{}' (known: rn, qkv, inputs, attention, o, mlp, experts, ple, layers)",
-        name);
+    LMX_REQUIRE(InvalidArgument, known, "LMX_DEBUG_SKIP: unknown part '{}' (known: {})", name, known_parts());
   }
   return skips;
 }

@@ -33,6 +33,9 @@ TEST(DecodeSkips, RejectsUnknownParts) {
     FAIL() << "a part with a space was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("' o'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("known: rn,qkv,inputs,attention,o,mlp,experts,ple,layers"),
+              std::string::npos)
+        << e.what();
   }
 }
 

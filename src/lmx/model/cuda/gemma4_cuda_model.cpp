@@ -317,6 +317,10 @@ Gemma4CudaModel::StepPlan Gemma4CudaModel::plan_step(std::span<const StepRow> ro
   return plan;
 }
 
+DecodeSkips Gemma4CudaModel::skips_for(const StepPlan& plan) const {
+  return plan.tokens == 1 ? skips_ : DecodeSkips{};
+}
+
 void Gemma4CudaModel::upload_step_inputs() {
   LMX_CUDA_CHECK(cudaMemcpyAsync(ws_->inputs.data(), ws_->staging, ws_->input_bytes, cudaMemcpyHostToDevice,
                                  ctx_.stream()));
@@ -384,7 +388,7 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   const int64_t q_width = static_cast<int64_t>(heads) * dim, kv_width = static_cast<int64_t>(kv_heads) * dim;
   const float eps = config_.rms_norm_eps;
   const float* inv_freq = inv_freq_[static_cast<size_t>(layer)].as<const float>();
-  const bool decode = t == 1;  // (skips_ apply to decode steps)
+  const DecodeSkips skip = skips_for(plan);
 
   // Projections: one stacked q | k (| v) matrix when the weights allowed it (w.q then holds rows of
   // qkv_proj.rows() floats), else one per output.
@@ -394,7 +398,7 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   int64_t q_stride = q_width, kv_stride = kv_width;
   if (lw.qkv_proj.defined) {
     const int64_t width = lw.qkv_proj.rows();
-    if (!(decode && skips_.qkv)) linear(lw.qkv_proj, w.normed.as<float>(), config_.hidden_size, t, q, width);
+    if (!skip.qkv) linear(lw.qkv_proj, w.normed.as<float>(), config_.hidden_size, t, q, width);
     q_stride = kv_stride = width;
     k = q + q_width;
     v = spec.k_eq_v ? k : k + kv_width;
@@ -419,7 +423,7 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
     jobs[job_count++] = {v, kv_stride, kv_heads, nullptr, false,
                          w.v_table(spec.cache_index, config_.num_cache_layers)};
   }
-  if (!(decode && skips_.inputs))
+  if (!skip.inputs)
     cuda::attention_inputs(jobs, job_count, t, dim, eps, w.positions(), w.q_seq(), inv_freq, s);
   cuda::AttentionBatch batch;
   batch.q = q;
@@ -439,8 +443,8 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   batch.scale = 1.0f;
   const size_t partial_bytes = cuda::attention_partials_bytes(batch);
   void* partials = ctx_.scratch(cuda::Scratch::kAttentionPartials, std::max<size_t>(partial_bytes, 1));
-  if (!(decode && skips_.attention)) cuda::attention(batch, static_cast<float*>(partials), partial_bytes, s);
-  if (!(decode && skips_.o_proj))
+  if (!skip.attention) cuda::attention(batch, static_cast<float*>(partials), partial_bytes, s);
+  if (!skip.o_proj)
     linear(lw.o_proj, w.attn.as<float>(), q_width, t, w.proj.as<float>(), config_.hidden_size);
 }
 
@@ -480,11 +484,11 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
   const float eps = config_.rms_norm_eps;
   float* ffn = w.ffn.as<float>();
 
-  const bool decode = t == 1;  // (skips_ apply to decode steps)
-  const bool experts = spec.moe && !(decode && skips_.experts);
+  const DecodeSkips skip = skips_for(plan);
+  const bool experts = spec.moe && !skip.experts;
   if (experts) enqueue_routing(layer, plan);
   float* gate = w.gate.as<float>();
-  if (decode && skips_.mlp) {
+  if (skip.mlp) {
     // (timing only: the dense MLP left out)
   } else if (lw.gate_up_proj.defined) {
     // One stacked projection: row r of `gate` holds gate(x) then up(x) — or, where the projection forms the
@@ -542,9 +546,9 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
   if (layers > 0)
     cuda::rms_norm(x, hidden, normed, hidden, t, static_cast<int>(hidden), weights_.layers[0].input_layernorm.get(),
                    eps, s);
-  const bool decode = t == 1;  // (skips_ apply to decode steps)
-  const bool residual = !(decode && skips_.residual);
-  for (int i = 0; i < layers && !(decode && skips_.layers); ++i) {
+  const DecodeSkips skip = skips_for(plan);
+  const bool residual = !skip.residual;
+  for (int i = 0; i < layers && !skip.layers; ++i) {
     const DeviceLayerWeights& lw = weights_.layers[static_cast<size_t>(i)];
     // The next layer's input norm, fused into this layer's last residual step (none after the last).
     const float* next_norm = i + 1 < layers ? weights_.layers[static_cast<size_t>(i) + 1].input_layernorm.get() : nullptr;
@@ -562,7 +566,7 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
       if (residual)
         cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), 1.0f, nullptr, nullptr,
                             t, static_cast<int>(hidden), eps, s);
-      if (decode && skips_.ple) continue;
+      if (skip.ple) continue;
       float* gate = w.ple_gate.as<float>();
       linear(lw.per_layer_input_gate, x, hidden, t, gate, ple_width);
       const int64_t ple_stride = static_cast<int64_t>(config_.num_hidden_layers) * ple_width;

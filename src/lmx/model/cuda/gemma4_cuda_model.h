@@ -57,6 +57,8 @@ class Gemma4CudaModel final : public LanguageModel {
   StepPlan plan_step(std::span<const StepRow> rows, bool all_positions);
   // Copies the staged step inputs to the device (enqueued on the stream).
   void upload_step_inputs();
+  // The parts LMX_DEBUG_SKIP leaves out of this step: skips_ for a single-token step, else none.
+  DecodeSkips skips_for(const StepPlan& plan) const;
   // Enqueues the whole forward of a planned step (graph-capturable: no host syncs or allocations).
   void enqueue_forward(const StepPlan& plan);
   void enqueue_attention(int layer, const StepPlan& plan);
@@ -77,7 +79,7 @@ class Gemma4CudaModel final : public LanguageModel {
 
   Gemma4Config config_;
   CudaModelOptions options_;
-  DecodeSkips skips_;  // LMX_DEBUG_SKIP (timing only; decode_skips.h)
+  DecodeSkips skips_;  // LMX_DEBUG_SKIP (timing only; decode_skips.h); see skips_for
   cuda::CudaContext ctx_;
   DeviceWeights weights_;
   size_t weight_bytes_per_token_ = 0;
