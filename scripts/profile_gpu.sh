@@ -4,14 +4,18 @@
 # bench once plainly (its tok/s) and once under ncu collecting only each kernel's duration, then prints
 # the kernels of the last decode steps grouped by name: count, total µs per token, share.
 # Runs on the GPU machine (through scripts/device_run.sh); needs ncu on PATH and hardware counters.
+# With --prefill the table is the prompt's prefill step instead (kernel_times.py --prefill); --layers N
+# profiles a checkpoint of the first N layers (lmx synth --layers).
 # Usage: scripts/profile_gpu.sh [--preset gemma4-e4b] [--prompt 64] [--gen 4] [--dir /dev/shm/lmx-synth]
-#                               [--csv FILE]
+#                               [--csv FILE] [--prefill] [--layers N]
 set -euo pipefail
 preset=gemma4-e4b
 prompt=64
 gen=4
 dir=/dev/shm/lmx-synth
 csv=
+prefill=()
+layers=""
 while (($#)); do
   case "$1" in
     --preset) preset="$2"; shift 2 ;;
@@ -19,15 +23,18 @@ while (($#)); do
     --gen) gen="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     --csv) csv="$2"; shift 2 ;;
+    --prefill) prefill=(--prefill); shift ;;
+    --layers) layers="$2"; shift 2 ;;
     *) echo "profile_gpu: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 lmx=$(command -v lmx || echo build/release/lmx)
-model="$dir/$preset-q4"
+model="$dir/$preset-q4${layers:+-l$layers}"
 mkdir -p "$dir"
-[ -f "$model/config.json" ] || "$lmx" synth --preset "$preset" --out "$model" --seed 1 --quantize 4:64 >/dev/null
+[ -f "$model/config.json" ] ||
+  "$lmx" synth --preset "$preset" ${layers:+--layers "$layers"} --out "$model" --seed 1 --quantize 4:64 >/dev/null
 "$lmx" bench --device cuda --model "$model" --prompt-tokens "$prompt" --gen-tokens 64 --json
 csv=${csv:-$(mktemp --suffix=.csv)}
 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$csv" \
   "$lmx" bench --device cuda --model "$model" --prompt-tokens "$prompt" --gen-tokens "$gen" --json >/dev/null
-python3 "$(dirname "$0")/../tools/kernel_times.py" "$csv" --steps "$gen"
+python3 "$(dirname "$0")/../tools/kernel_times.py" "$csv" --steps "$gen" "${prefill[@]}"

@@ -3,8 +3,10 @@
 from an `lmx bench --device cuda` run: splits the kernel sequence into forward steps (each ends with
 the argmax kernel, or its merge kernel), averages the last decode steps, and prints per kernel name and grid the launches
 per step, µs per step and share of the step's kernel time, then the same per kernel name. Used by scripts/profile_gpu.sh.
+With --prefill the table is the first forward step's instead (the prompt's prefill; lmx bench's untimed
+warm-up prefill when it warms up, which runs the same kernels).
 
-Usage: kernel_times.py FILE.csv [--steps N]   (N = decode steps to average, from the end; default 3)
+Usage: kernel_times.py FILE.csv [--steps N] [--prefill]   (N = decode steps to average, from the end; default 3)
 """
 import argparse
 import collections
@@ -53,6 +55,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--prefill", action="store_true", help="summarise the first (prefill) step")
     args = parser.parse_args()
     kernels = read_kernels(args.csv)
     steps, current = [], []
@@ -64,16 +67,20 @@ def main():
     if len(steps) < 2:
         sys.exit(f"kernel_times: found {len(steps)} forward steps (need a prefill and a decode step)")
     decode = steps[1:][-args.steps:]
+    chosen = [steps[0]] if args.prefill else decode
     per_name = collections.defaultdict(lambda: [0, 0.0])
-    for step in decode:
+    for step in chosen:
         for name, us in step:
             per_name[name][0] += 1
             per_name[name][1] += us
-    n = len(decode)
+    n = len(chosen)
     total = sum(us for _, us in per_name.values()) / n
-    print(f"decode steps averaged: {n}; kernels per step: {sum(c for c, _ in per_name.values()) / n:.0f}; "
-          f"kernel time per step: {total:.1f} µs (prefill step: {sum(us for _, us in steps[0]):.1f} µs, "
-          f"{len(steps[0])} kernels)")
+    print(f"decode steps averaged: {len(decode)}; kernels per step: "
+          f"{sum(len(s) for s in decode) / len(decode):.0f}; kernel time per step: "
+          f"{sum(us for s in decode for _, us in s) / len(decode):.1f} µs (prefill step: "
+          f"{sum(us for _, us in steps[0]):.1f} µs, {len(steps[0])} kernels)")
+    if args.prefill:
+        print("table: the prefill step")
     by_base = collections.defaultdict(lambda: [0, 0.0])
     for name, (count, us) in per_name.items():
         by_base[name.rsplit(" ", 1)[0]][0] += count

@@ -7,7 +7,8 @@
 // The ceiling: the read bandwidth of a read-only kernel (sum of 16-byte loads over a 4 GiB buffer, the
 // same access width as the kernels). A 2 GiB cudaMemcpy device-to-device is printed too, as (read + write)
 // bytes / time. Each timed call reads a different copy of the weight (copies totalling >= 4x the L2), so
-// weights come from HBM, as in a real forward pass.
+// weights come from HBM, as in a real forward pass. LMX_BENCH_WARM_L2=1 in the environment reads one copy
+// instead (as much of it from L2 as fits: what an L2 prefetch ahead of the projection could give at best).
 //
 // Usage: bench_cuda_linear [N K [bits [M]]]   (bits 4, 8 or 16 = bf16; without arguments: every case)
 #include "bench_cuda_support.cuh"
@@ -130,7 +131,11 @@ int main(int argc, char** argv) {
       const size_t code_bytes = static_cast<size_t>(c.n * c.k) * bits / 8;
       const size_t scale_bytes = bits == 16 ? 0 : static_cast<size_t>(c.n * (c.k / group)) * 2;
       const size_t weight_bytes = code_bytes + 2 * scale_bytes;
-      const int copies = static_cast<int>(std::clamp<size_t>((4 * static_cast<size_t>(l2) + weight_bytes - 1) / weight_bytes, 2, 64));
+      const char* warm_env = std::getenv("LMX_BENCH_WARM_L2");
+      const bool warm = warm_env != nullptr && std::strcmp(warm_env, "1") == 0;
+      const int copies = warm ? 1
+                              : static_cast<int>(std::clamp<size_t>(
+                                    (4 * static_cast<size_t>(l2) + weight_bytes - 1) / weight_bytes, 2, 64));
       std::vector<DeviceBuffer> codes, scales, biases;
       for (int i = 0; i < copies; ++i) {
         codes.emplace_back(code_bytes);
@@ -176,8 +181,9 @@ int main(int argc, char** argv) {
           const int inner = std::max(copies, m >= 512 ? 2 : 20);
           const double s = median_seconds(stream, 21, inner, call);
           const double gbs = weight_bytes / s / 1e9;
-          const std::string label =
-              bits == 16 ? "bf16" : fmt::format("q{} g{}{}", bits, group, small ? " s" : "");
+          const std::string label = fmt::format(
+              "{}{}", bits == 16 ? "bf16" : fmt::format("q{} g{}{}", bits, group, small ? " s" : ""),
+              warm ? " warm" : "");
           std::string tflops = "";
           if (m >= 64) tflops = fmt::format("{:.1f}", 2.0 * m * c.n * c.k / s / 1e12);
           fmt::print("{:>14} {:>10} {:>5} {:>10.2f} {:>9.0f} {:>6.1f}% {:>9}\n", fmt::format("{}x{}", c.n, c.k), label,

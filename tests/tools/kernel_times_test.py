@@ -50,6 +50,19 @@ class KernelTimes(unittest.TestCase):
         gemv = next(line for line in out.splitlines() if line.startswith("q4_gemv_kernel<__nv_bfloat16> (1,80,1)"))
         self.assertEqual(gemv.split()[-3:], ["1", "5.0", "62.5%"])
 
+    def test_prefill_table(self):
+        lines = [HEADER, row(0, GEMV, "(1, 80, 1)", "usecond", "50.0"), row(1, NORM, "(1, 1, 1)", "usecond", "30"),
+                 row(2, ARGMAX, "(1, 1, 1)", "usecond", "20"),
+                 row(3, GEMV, "(1, 80, 1)", "usecond", "4.0"), row(4, ARGMAX, "(1, 1, 1)", "usecond", "2")]
+        result = run("\n".join(lines) + "\n", "--prefill")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        out = result.stdout
+        self.assertIn("decode steps averaged: 1; kernels per step: 2; kernel time per step: 6.0 µs", out)
+        self.assertIn("prefill step: 100.0 µs, 3 kernels", out)
+        self.assertIn("table: the prefill step", out)
+        gemv = next(line for line in out.splitlines() if line.startswith("q4_gemv_kernel<__nv_bfloat16> (1,80,1)"))
+        self.assertEqual(gemv.split()[-3:], ["1", "50.0", "50.0%"])
+
     def expect_error(self, csv_text, message):
         result = run(csv_text)
         self.assertNotEqual(result.returncode, 0)
