@@ -3,7 +3,9 @@
 # against the transformers goldens and the CPU, batch invariance on the GPU; then the quantized
 # projection and MoE expert tests again with each plan of the batch-1 4-bit kernel forced (ring depth LMX_Q4_STAGES,
 # rows per warp LMX_Q4_TILES, blocks per row tile LMX_Q4_SPLIT, then lanes per row of the scale-window copy
-# LMX_Q4_WINDOW_LANES), since a run picks one plan per shape. Optionally under compute-sanitizer memcheck.
+# LMX_Q4_WINDOW_LANES), since a run picks one plan per shape; then the projections, MoE and models with the
+# mma.sync prefill kernel instead of the wgmma one (LMX_PREFILL_WGMMA=0; sm_90 picks wgmma for 4-bit weights).
+# Optionally under compute-sanitizer memcheck.
 # Usage: scripts/test_gpu.sh [--memcheck] [gtest args...]   (gtest args: the first pass only)
 # On the GPU machine with a bundle from scripts/device_bundle.sh: scripts/device_run.sh scripts/test_gpu.sh
 set -euo pipefail
@@ -39,3 +41,7 @@ for lanes in 1 32; do
   LMX_Q4_WINDOW_LANES=$lanes "${runner[@]}" "$binary" --gtest_filter='CudaLinear.Quantized*:CudaMoeTest.Quantized*' \
     --gtest_brief=1
 done
+# The 4-bit prefill on the mma.sync kernel (the wgmma kernel is the default on sm_90; both give the same bits).
+echo "== prefill with LMX_PREFILL_WGMMA=0"
+LMX_PREFILL_WGMMA=0 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
+  --gtest_brief=1

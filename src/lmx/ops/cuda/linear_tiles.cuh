@@ -780,11 +780,14 @@ __device__ __forceinline__ uint32_t a_smem_offset(int row, int unit_or_word) {
 }
 
 // The block's tile: weight rows from expert_row0 + row_tile (expert_row0: the expert's first row in a stack;
-// 0 for a plain weight), x rows [tok_tile, m_end) of the tile's 128.
-template <class F>
+// 0 for a plain weight), x rows [tok_tile, m_end) of the tile's 128. The prepared x lands as 256-byte rows
+// with XOR-swizzled 16-byte units (ldmatrix, the mma.sync kernel), or with kSwizzle128B in wgmma's 128-byte
+// swizzled K-major layout (prefill_wgmma.cu): columns 0..63 of the chunk in one 16 KB block, 64..127 in the
+// next, row r's 128 bytes at r * 128 with 16-byte unit u at u ^ (r % 8) (1024-byte aligned blocks).
+template <class F, bool kSwizzle128B = false>
 __device__ __forceinline__ void prefill_load_stage(const Problem& p, const uint32_t* xp, int64_t expert_row0,
-                                                   int64_t row_tile, int64_t tok_tile, int64_t m_end, int chunk,
-                                                   uint32_t stage) {
+                                                   int64_t row_tile, int64_t tok_tile, int64_t m_end,
+                                                   int chunk, uint32_t stage) {
   using C = PrefillConfig<F>;
   const int tid = threadIdx.x;
   // A: raw weight words.
@@ -824,7 +827,10 @@ __device__ __forceinline__ void prefill_load_stage(const Problem& p, const uint3
     const int64_t token = tok_tile + r;
     const bool valid = token < m_end;
     const uint32_t* src = xp + (valid ? (token * p.chunks + chunk) * 64 + q * 4 : 0);
-    cp_async<16>(b_stage + r * 256 + ((q ^ (r & 7)) << 4), src, valid);
+    const uint32_t dst = kSwizzle128B
+                             ? b_stage + (q >> 3) * (kTileM * 128) + r * 128 + (((q & 7) ^ (r & 7)) << 4)
+                             : b_stage + r * 256 + ((q ^ (r & 7)) << 4);
+    cp_async<16>(dst, src, valid);
   }
 }
 
@@ -1043,6 +1049,13 @@ bool launch_decode_geglu(const Problem& p, cudaStream_t stream);
 size_t prefill_scratch_bytes(const Problem& p);
 // Enqueues x preparation into `xp` (prefill_scratch_bytes) and the prefill kernel.
 void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream);
+// The prefill kernel on Hopper's warpgroup MMA (sm90a/prefill_wgmma.cu): the same tiles, operands, k steps
+// and segment sums as linear_prefill_kernel, so the same bits (wgmma chains give mma.sync's bits:
+// bench/cuda/wgmma_probe.cu); xp already prepared. False (nothing enqueued) when it does not apply: a weight
+// format other than kQ4, a device other than sm_90 (the kernel is sm_90a code), or LMX_PREFILL_WGMMA=0 in
+// the environment (A/B runs).
+bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
+                          cudaStream_t stream);
 // The MoE's grouped prefill (quantized_gemm.cu): p.weight a stack of p.n-row experts, p.m the pair rows,
 // x rows gathered by `rows` into xp, then the prefill kernel over up to max_chunks chunks of `grouped`
 // (each up to kTileM rows of one expert); out rows are pair rows.

@@ -1,5 +1,6 @@
 // Prefill path of the tensor-core projections (dense bf16 and quantized): x preparation and
-// linear_prefill_kernel for every weight format (linear_tiles.cuh).
+// linear_prefill_kernel for every weight format (linear_tiles.cuh), or its wgmma twin on sm_90
+// (sm90a/prefill_wgmma.cu).
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
@@ -24,6 +25,7 @@ void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChu
              cudaStream_t stream) {
   const dim3 prep_grid(static_cast<unsigned>(p.m), static_cast<unsigned>((p.chunks * 64 + 255) / 256));
   launch(prepare_x_kernel<F>, prep_grid, 256, 0, stream, p.x, p.x_stride, p.k, p.chunks, xp, rows);
+  if (launch_prefill_wgmma(p, xp, grouped, grid_x, stream)) return;
   if (p.segments > 1)
     prefill_kernel<F, true>(p, xp, grouped, grid_x, stream);
   else
