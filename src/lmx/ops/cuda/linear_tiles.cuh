@@ -856,20 +856,35 @@ struct PrefillChunks {
   int experts = 0;
 };
 
+// A prefill block's x rows [tok_tile, m_end) and its weight's first row in a stack (expert_row0): from
+// blockIdx.x, or from its chunk of `grouped`. False when the block has no work (a grouped block past the
+// chunk count, or whose expert id is out of range); block-uniform.
+struct PrefillTile {
+  int64_t tok_tile = 0, m_end = 0, expert_row0 = 0;
+};
+__device__ __forceinline__ bool prefill_tile(const Problem& p, const PrefillChunks& grouped,
+                                             PrefillTile& tile) {
+  tile.tok_tile = static_cast<int64_t>(blockIdx.x) * kTileM;
+  tile.m_end = p.m;
+  tile.expert_row0 = 0;
+  if (grouped.chunks == nullptr) return true;
+  if (static_cast<int>(blockIdx.x) >= *grouped.chunk_count) return false;
+  const int4 chunk = grouped.chunks[blockIdx.x];
+  if (chunk.x < 0 || chunk.x >= grouped.experts) return false;
+  tile.expert_row0 = static_cast<int64_t>(chunk.x) * p.n;
+  tile.tok_tile = chunk.y;
+  tile.m_end = static_cast<int64_t>(chunk.y) + chunk.z;
+  return true;
+}
+
 template <class F, bool kSplit>
 __global__ void __launch_bounds__(256, 1)
     linear_prefill_kernel(const Problem p, const uint32_t* xp, const PrefillChunks grouped) {
   wait_for_prior_kernels();
   allow_next_kernel();
-  int64_t tok_tile = static_cast<int64_t>(blockIdx.x) * kTileM, m_end = p.m, expert_row0 = 0;
-  if (grouped.chunks != nullptr) {
-    if (static_cast<int>(blockIdx.x) >= *grouped.chunk_count) return;
-    const int4 chunk = grouped.chunks[blockIdx.x];
-    if (chunk.x < 0 || chunk.x >= grouped.experts) return;  // (block-uniform)
-    expert_row0 = static_cast<int64_t>(chunk.x) * p.n;
-    tok_tile = chunk.y;
-    m_end = static_cast<int64_t>(chunk.y) + chunk.z;
-  }
+  PrefillTile tile;
+  if (!prefill_tile(p, grouped, tile)) return;
+  const int64_t tok_tile = tile.tok_tile, m_end = tile.m_end, expert_row0 = tile.expert_row0;
   using C = PrefillConfig<F, kSplit>;
   constexpr int kStages = C::kStages;
   constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
@@ -1037,6 +1052,17 @@ __global__ void __launch_bounds__(256, 1)
 }
 
 // ---- Host entry points (quantized_gemv.cu, quantized_gemm.cu) ---------------------------------------------
+
+// Enqueues a prefill kernel (linear_prefill_kernel or prefill_wgmma_kernel) over grid_x x-row tiles (or
+// chunks of `grouped`) and the weight's row tiles, with `smem` bytes of dynamic shared memory.
+template <class Kernel>
+void launch_prefill_tiles(Kernel kernel, int smem, const Problem& p, const uint32_t* xp,
+                          const PrefillChunks& grouped, int64_t grid_x, cudaStream_t stream) {
+  // Per call (cheap, host-side) so that every device the process uses gets the attribute.
+  LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>((p.n + kTileN - 1) / kTileN));
+  launch(kernel, grid, 256, static_cast<size_t>(smem), stream, p, xp, grouped);
+}
 
 // Enqueues the decode kernel (m <= kDecodeMaxRows; any m works). x_up (the batch-1 4-bit kernel only, where
 // q4_gemv_applies): the input is gelu_tanh(x) * x_up instead of x.

@@ -12,12 +12,8 @@ namespace {
 template <class F, bool kSplit>
 void prefill_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
                     cudaStream_t stream) {
-  constexpr int kSmem = PrefillConfig<F, kSplit>::kSmemBytes;
-  // Per call (cheap, host-side) so that every device the process uses gets the attribute.
-  LMX_CUDA_CHECK(cudaFuncSetAttribute(linear_prefill_kernel<F, kSplit>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>((p.n + kTileN - 1) / kTileN));
-  launch(linear_prefill_kernel<F, kSplit>, grid, 256, kSmem, stream, p, xp, grouped);
+  launch_prefill_tiles(linear_prefill_kernel<F, kSplit>, PrefillConfig<F, kSplit>::kSmemBytes, p, xp, grouped,
+                       grid_x, stream);
 }
 
 template <class F>

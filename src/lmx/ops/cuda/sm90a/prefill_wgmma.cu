@@ -90,15 +90,9 @@ __global__ void __launch_bounds__(256, 1)
 #if defined(LMX_HAS_WGMMA)
   wait_for_prior_kernels();
   allow_next_kernel();
-  int64_t tok_tile = static_cast<int64_t>(blockIdx.x) * kTileM, m_end = p.m, expert_row0 = 0;
-  if (grouped.chunks != nullptr) {
-    if (static_cast<int>(blockIdx.x) >= *grouped.chunk_count) return;
-    const int4 chunk = grouped.chunks[blockIdx.x];
-    if (chunk.x < 0 || chunk.x >= grouped.experts) return;  // (block-uniform)
-    expert_row0 = static_cast<int64_t>(chunk.x) * p.n;
-    tok_tile = chunk.y;
-    m_end = static_cast<int64_t>(chunk.y) + chunk.z;
-  }
+  PrefillTile tile;
+  if (!prefill_tile(p, grouped, tile)) return;
+  const int64_t tok_tile = tile.tok_tile, m_end = tile.m_end, expert_row0 = tile.expert_row0;
   using C = WgmmaConfig<F, kSplit>;
   constexpr int kStages = C::kStages;
   constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
@@ -261,11 +255,8 @@ bool device_is_sm90() {
 template <class F, bool kSplit>
 void launch_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
                    cudaStream_t stream) {
-  constexpr int kSmem = WgmmaConfig<F, kSplit>::kSmemBytes;
-  LMX_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<F, kSplit>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>((p.n + kTileN - 1) / kTileN));
-  launch(prefill_wgmma_kernel<F, kSplit>, grid, 256, kSmem, stream, p, xp, grouped);
+  launch_prefill_tiles(prefill_wgmma_kernel<F, kSplit>, WgmmaConfig<F, kSplit>::kSmemBytes, p, xp, grouped,
+                       grid_x, stream);
 }
 
 }  // namespace
