@@ -46,11 +46,13 @@ bool CudaContext::capturing() const {
   return status != cudaStreamCaptureStatusNone;
 }
 
+bool env_flag_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 bool pdl_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("LMX_CUDA_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = env_flag_on("LMX_CUDA_PDL");
   return enabled;
 }
 

@@ -18,9 +18,6 @@
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
-#include <cstdlib>
-#include <cstring>
-
 namespace lmx::cuda::linear {
 namespace {
 
@@ -235,10 +232,7 @@ __global__ void __launch_bounds__(256, 1)
 }
 
 bool wgmma_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("LMX_PREFILL_WGMMA");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = env_flag_on("LMX_PREFILL_WGMMA");
   return enabled;
 }
 
