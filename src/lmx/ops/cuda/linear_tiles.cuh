@@ -779,60 +779,79 @@ __device__ __forceinline__ uint32_t a_smem_offset(int row, int unit_or_word) {
   }
 }
 
-// The block's tile: weight rows from expert_row0 + row_tile (expert_row0: the expert's first row in a stack;
-// 0 for a plain weight), x rows [tok_tile, m_end) of the tile's 128. The prepared x lands as 256-byte rows
-// with XOR-swizzled 16-byte units (ldmatrix, the mma.sync kernel), or with kSwizzle128B in wgmma's 128-byte
-// swizzled K-major layout (prefill_wgmma.cu): columns 0..63 of the chunk in one 16 KB block, 64..127 in the
-// next, row r's 128 bytes at r * 128 with 16-byte unit u at u ^ (r % 8) (1024-byte aligned blocks).
+// The copies of one prefill stage: the block's raw weight words (weight rows expert_row0 + row_tile .., where
+// expert_row0 is the expert's first row in a stack, 0 for a plain weight) and prepared x (x rows [tok_tile,
+// m_end) of the tile's 128) for one chunk. The prepared x lands as 256-byte rows with XOR-swizzled 16-byte
+// units (ldmatrix, the mma.sync kernel), or with kSwizzle128B in wgmma's 128-byte swizzled K-major layout
+// (prefill_wgmma.cu): columns 0..63 of the chunk in one 16 KB block, 64..127 in the next, row r's 128 bytes
+// at r * 128 with 16-byte unit u at u ^ (r % 8) (1024-byte aligned blocks). Each thread's sources and
+// destinations are planned once per tile, so that a chunk costs an add per copy: planned per chunk, the
+// 64-bit index arithmetic was over half of the wgmma kernel's instructions. A copy past the weight's rows,
+// past k or past m_end zero-fills, from an address inside the arrays (its tile's first row).
 template <class F, bool kSwizzle128B = false>
-__device__ __forceinline__ void prefill_load_stage(const Problem& p, const uint32_t* xp, int64_t expert_row0,
-                                                   int64_t row_tile, int64_t tok_tile, int64_t m_end,
-                                                   int chunk, uint32_t stage) {
+struct PrefillStageCopies {
   using C = PrefillConfig<F>;
-  const int tid = threadIdx.x;
-  // A: raw weight words.
-  const int64_t chunk_word = static_cast<int64_t>(chunk) * chunk_words<F>();
-  if constexpr (F::kLoadBytes == 16) {
-    constexpr int kUnits = C::kARowBytes / 16;  // per row
-    constexpr int kColsPerUnit = 128 / F::kBits;
-    static_assert(kTileN * kUnits % 256 == 0);
+  static constexpr bool kWide = F::kLoadBytes == 16;  // 16-byte copies (else 4-byte words)
+  static constexpr int kAPerRow = kWide ? C::kARowBytes / 16 : chunk_words<F>();
+  static constexpr int kACopies = kTileN * kAPerRow / 256;
+  static constexpr int kBCopies = kTileM * 16 / 256;
+  static_assert(kTileN * kAPerRow % 256 == 0 && 256 % 16 == 0);
+
+  const uint32_t* a_src[kACopies];  // chunk 0's words of copy i
+  uint32_t a_dst[kACopies];         // its offset in a stage
+  int a_first[kACopies];            // its first column (wide) or word (4-byte) within a chunk
+  uint32_t a_rows_ok = 0;           // bit i: copy i's row is a weight row
+  int a_limit = 0;                  // columns (wide) or words per row (4-byte)
+  const uint32_t* b_src = nullptr;  // chunk 0 of x row tok_tile + tid / 16 (clamped), unit tid % 16
+  int64_t b_step = 0;               // words between the rows of copies i and i + 1 (16 x rows)
+  uint32_t b_dst = 0, b_dst_step = 0;
+  uint32_t b_rows_ok = 0;  // bit i: copy i's x row is below m_end
+
+  __device__ __forceinline__ PrefillStageCopies(const Problem& p, const uint32_t* xp, int64_t expert_row0,
+                                                int64_t row_tile, int64_t tok_tile, int64_t m_end) {
+    const int tid = threadIdx.x;
 #pragma unroll
-    for (int it = 0; it < kTileN * kUnits / 256; ++it) {
+    for (int it = 0; it < kACopies; ++it) {
       const int i = tid + it * 256;
-      const int r = i / kUnits, q = i % kUnits;
+      const int r = i / kAPerRow, q = i % kAPerRow;
       const int64_t row = row_tile + r;
-      const bool valid = row < p.n && static_cast<int64_t>(chunk) * kChunk + q * kColsPerUnit < p.k;
-      const uint32_t* src = p.weight + (valid ? (expert_row0 + row) * p.row_words + chunk_word + 4 * q : 0);
-      cp_async<16>(stage + a_smem_offset<F>(r, q), src, valid);
+      if (row < p.n) a_rows_ok |= 1u << it;
+      const int64_t safe_row = row < p.n ? row : row_tile;
+      a_src[it] = p.weight + (expert_row0 + safe_row) * p.row_words + (kWide ? 4 * q : q);
+      a_dst[it] = a_smem_offset<F>(r, q);
+      a_first[it] = kWide ? q * (128 / F::kBits) : q;
     }
-  } else {
-    constexpr int kWordsPerRow = chunk_words<F>();
-    static_assert(kTileN * kWordsPerRow % 256 == 0);
+    a_limit = kWide ? static_cast<int>(p.k) : static_cast<int>(p.row_words);
+    const int r = tid >> 4, q = tid & 15;
+    b_step = static_cast<int64_t>(256 / 16) * p.chunks * 64;
 #pragma unroll
-    for (int it = 0; it < kTileN * kWordsPerRow / 256; ++it) {
-      const int i = tid + it * 256;
-      const int r = i / kWordsPerRow, q = i % kWordsPerRow;
-      const int64_t row = row_tile + r;
-      const bool valid = row < p.n && chunk_word + q < p.row_words;
-      const uint32_t* src = p.weight + (valid ? (expert_row0 + row) * p.row_words + chunk_word + q : 0);
-      cp_async<4>(stage + a_smem_offset<F>(r, q), src, valid);
+    for (int it = 0; it < kBCopies; ++it)
+      if (tok_tile + r + it * (256 / 16) < m_end) b_rows_ok |= 1u << it;
+    b_src = xp + ((tok_tile + r) * p.chunks) * 64 + q * 4;  // row tok_tile + r: the tile's first row is valid
+    if ((b_rows_ok & 1u) == 0) b_src = xp + (tok_tile * p.chunks) * 64 + q * 4;
+    b_dst = C::kABytes + (kSwizzle128B ? (q >> 3) * (kTileM * 128) + r * 128 + (((q & 7) ^ (r & 7)) << 4)
+                                       : r * 256 + ((q ^ (r & 7)) << 4));
+    b_dst_step = (256 / 16) * (kSwizzle128B ? 128 : 256);  // (r + 16 keeps r % 8)
+  }
+
+  // Enqueues the copies of chunk `chunk` into the stage at shared address `stage` (cp.async, not committed).
+  __device__ __forceinline__ void load(int chunk, uint32_t stage) const {
+    const int a_chunk = chunk * (kWide ? kChunk : chunk_words<F>());
+#pragma unroll
+    for (int it = 0; it < kACopies; ++it) {
+      const bool ok = ((a_rows_ok >> it) & 1u) != 0 && a_chunk + a_first[it] < a_limit;
+      const uint32_t* src = a_src[it] + (ok ? chunk * chunk_words<F>() : 0);
+      cp_async<kWide ? 16 : 4>(stage + a_dst[it], src, ok);
+    }
+    const uint32_t* first = b_src + chunk * 64;
+    const uint32_t* row = first;
+#pragma unroll
+    for (int it = 0; it < kBCopies; ++it, row += b_step) {
+      const bool ok = ((b_rows_ok >> it) & 1u) != 0;
+      cp_async<16>(stage + b_dst + it * b_dst_step, ok ? row : first, ok);
     }
   }
-  // B: prepared x, 16 units of 16 bytes per row, unit q of row r at q ^ (r & 7).
-  const uint32_t b_stage = stage + C::kABytes;
-#pragma unroll
-  for (int it = 0; it < kTileM * 16 / 256; ++it) {
-    const int i = tid + it * 256;
-    const int r = i >> 4, q = i & 15;
-    const int64_t token = tok_tile + r;
-    const bool valid = token < m_end;
-    const uint32_t* src = xp + (valid ? (token * p.chunks + chunk) * 64 + q * 4 : 0);
-    const uint32_t dst = kSwizzle128B
-                             ? b_stage + (q >> 3) * (kTileM * 128) + r * 128 + (((q & 7) ^ (r & 7)) << 4)
-                             : b_stage + r * 256 + ((q ^ (r & 7)) << 4);
-    cp_async<16>(dst, src, valid);
-  }
-}
+};
 
 // Raw words of load l of one weight row (local row `row`) from a stage in shared memory.
 template <class F>
@@ -906,6 +925,7 @@ __global__ void __launch_bounds__(256, 1)
       row_ok[mt][h] = rows[mt][h] < p.n;
     }
 
+  const PrefillStageCopies<F> copies(p, xp, expert_row0, row_tile, tok_tile, m_end);
   float acc[2][8][4];
   float* total = reinterpret_cast<float*>(smem + kStages * C::kStageBytes) + tid;  // [64][256]
 #pragma unroll
@@ -916,8 +936,7 @@ __global__ void __launch_bounds__(256, 1)
   const int chunks = p.chunks;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < chunks)
-      prefill_load_stage<F>(p, xp, expert_row0, row_tile, tok_tile, m_end, s, smem_base + s * C::kStageBytes);
+    if (s < chunks) copies.load(s, smem_base + s * C::kStageBytes);
     cp_async_commit();
   }
 
@@ -942,9 +961,7 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();
     {
       const int next = j + kStages - 1;
-      if (next < chunks)
-        prefill_load_stage<F>(p, xp, expert_row0, row_tile, tok_tile, m_end, next,
-                              smem_base + (next % kStages) * C::kStageBytes);
+      if (next < chunks) copies.load(next, smem_base + (next % kStages) * C::kStageBytes);
       cp_async_commit();
     }
     // Scales of the next chunk, loaded while this one computes.

@@ -11,7 +11,7 @@
 // dequantized the same 32 rows) into registers — the A operand of wgmma may come from registers, in
 // mma.sync's fragment layout — and the warpgroup issues one asynchronous m64n128k16 per k step, with B (the
 // prepared x) read by the tensor cores straight from shared memory in wgmma's 128-byte swizzled K-major
-// layout (prefill_load_stage<F, true>). A fragments are double-buffered across chunks: the warp dequantizes
+// layout (PrefillStageCopies<F, true>). A fragments are double-buffered across chunks: the warp dequantizes
 // chunk j + 1 while chunk j's wgmmas run. The cp.async pipeline runs kStages - 2 chunks ahead, so that a
 // stage is refilled only after both warpgroups' wgmmas that read it have completed.
 #include "lmx/ops/cuda/cuda_check.h"
@@ -72,7 +72,7 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// Descriptor of a K-major B operand in the 128-byte swizzled layout (prefill_load_stage<F, true>): the k16
+// Descriptor of a K-major B operand in the 128-byte swizzled layout (PrefillStageCopies<F, true>): the k16
 // step's first bytes at `address` (within a 1024-byte aligned block of 8 rows x 128 bytes), the next 8 rows
 // 1024 bytes on (the stride byte offset; the leading one is unused by this layout), swizzle mode 1 (128 B).
 __device__ __forceinline__ uint64_t b_descriptor(uint32_t address) {
@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(256, 1)
     row_ok[h] = rows[h] < p.n;
   }
 
+  const PrefillStageCopies<F, true> copies(p, xp, expert_row0, row_tile, tok_tile, m_end);
   float acc[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -118,22 +119,24 @@ __global__ void __launch_bounds__(256, 1)
   constexpr int kAhead = kStages - 2;  // chunks in flight beyond the one being computed
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if (s < chunks)
-      prefill_load_stage<F, true>(p, xp, expert_row0, row_tile, tok_tile, m_end, s,
-                                  smem_base + s * C::kStageBytes);
+    if (s < chunks) copies.load(s, smem_base + s * C::kStageBytes);
     cp_async_commit();
   }
 
   // Scales and biases of chunk j in buffer j % 2, loaded two chunks ahead (a chunk of asynchronous wgmmas
   // is much shorter than the mma.sync kernel's chunk, which hides the loads of one chunk ahead).
   float sc[2][2][kSlots], bi[2][2][kSlots];
+  int64_t first_group[2];  // each row's first group in the scale and bias arrays
+#pragma unroll
+  for (int h = 0; h < 2; ++h) first_group[h] = (expert_row0 + rows[h]) * p.groups_per_row;
   auto load_scales = [&](int j, auto buf) {
     constexpr int kBuf = decltype(buf)::value;
     if (j >= chunks) return;
     const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      load_slot_scales<F>(p, expert_row0 + rows[h], row_ok[h], j, c, k_left, sc[kBuf][h], bi[kBuf][h]);
+      load_row_scales<F>(p.scales, p.biases, p.scale_dtype, first_group[h], p.group_shift, row_ok[h], j, c,
+                         k_left, sc[kBuf][h], bi[kBuf][h]);
   };
   load_scales(0, std::integral_constant<int, 0>{});
   load_scales(1, std::integral_constant<int, 1>{});
@@ -151,9 +154,7 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();  // every copy of chunk j landed; both warpgroups are past chunk j - 2
     {
       const int next = j + kAhead;  // into the stage of chunk j - 2
-      if (next < chunks)
-        prefill_load_stage<F, true>(p, xp, expert_row0, row_tile, tok_tile, m_end, next,
-                                    smem_base + (next % kStages) * C::kStageBytes);
+      if (next < chunks) copies.load(next, smem_base + (next % kStages) * C::kStageBytes);
       cp_async_commit();
     }
     const int stage = j % kStages;
