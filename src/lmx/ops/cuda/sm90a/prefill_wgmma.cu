@@ -81,6 +81,25 @@ __device__ __forceinline__ uint64_t b_descriptor(uint32_t address) {
 }
 #endif
 
+// A scale or bias as raw bits (a 2-byte dtype in the low half), and those bits widened to the f32 that
+// load_scale_as gives.
+template <class Scale>
+__device__ __forceinline__ uint32_t scale_bits(const Scale* p) {
+  if constexpr (sizeof(Scale) == 2)
+    return *reinterpret_cast<const uint16_t*>(p);
+  else
+    return *reinterpret_cast<const uint32_t*>(p);
+}
+template <class Scale>
+__device__ __forceinline__ float scale_from_bits(uint32_t bits) {
+  if constexpr (std::is_same_v<Scale, __nv_bfloat16>)
+    return __uint_as_float(bits << 16);
+  else if constexpr (std::is_same_v<Scale, __half>)
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  else
+    return __uint_as_float(bits);
+}
+
 template <class F, bool kSplit>
 __global__ void __launch_bounds__(256, 1)
     prefill_wgmma_kernel(const Problem p, const uint32_t* xp, const PrefillChunks grouped) {
@@ -124,19 +143,28 @@ __global__ void __launch_bounds__(256, 1)
   }
 
   // Scales and biases of chunk j in buffer j % 2, loaded two chunks ahead (a chunk of asynchronous wgmmas
-  // is much shorter than the mma.sync kernel's chunk, which hides the loads of one chunk ahead).
-  float sc[2][2][kSlots], bi[2][2][kSlots];
+  // is much shorter than the mma.sync kernel's chunk, which hides the loads of one chunk ahead). They are
+  // kept as raw bits and widened where the dequantization uses them: widened right after the load, the
+  // widening waited for the load there (ncu: long-scoreboard stalls on the widening instructions).
+  using Scale = typename F::ScaleType;
+  static_assert(kSlots == 1, "FormatQ4: one scale slot per lane and chunk, at column 32 c");
+  uint32_t sc_bits[2][2], bi_bits[2][2];
   int64_t first_group[2];  // each row's first group in the scale and bias arrays
 #pragma unroll
   for (int h = 0; h < 2; ++h) first_group[h] = (expert_row0 + rows[h]) * p.groups_per_row;
   auto load_scales = [&](int j, auto buf) {
     constexpr int kBuf = decltype(buf)::value;
     if (j >= chunks) return;
-    const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
+    const int column = j * kChunk + 32 * c;  // the lane's slot (32-bit: k < 2^31)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      load_row_scales<F>(p.scales, p.biases, p.scale_dtype, first_group[h], p.group_shift, row_ok[h], j, c,
-                         k_left, sc[kBuf][h], bi[kBuf][h]);
+    for (int h = 0; h < 2; ++h) {
+      sc_bits[kBuf][h] = bi_bits[kBuf][h] = 0;  // (zeros: a row past n, a slot past k)
+      if (row_ok[h] && column < p.k) {
+        const int64_t i = first_group[h] + (column >> p.group_shift);
+        sc_bits[kBuf][h] = scale_bits(static_cast<const Scale*>(p.scales) + i);
+        bi_bits[kBuf][h] = scale_bits(static_cast<const Scale*>(p.biases) + i);
+      }
+    }
   };
   load_scales(0, std::integral_constant<int, 0>{});
   load_scales(1, std::integral_constant<int, 1>{});
@@ -162,6 +190,12 @@ __global__ void __launch_bounds__(256, 1)
     const uint32_t b_addr = smem_base + stage * C::kStageBytes + C::kABytes;
     const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
     // The A fragments of the chunk's 8 steps (the mma.sync kernel's weight_pair sequence for one m-tile).
+    float sc[2][1], bi[2][1];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sc[h][0] = scale_from_bits<Scale>(sc_bits[kBuf][h]);
+      bi[h][0] = scale_from_bits<Scale>(bi_bits[kBuf][h]);
+    }
     uint32_t raw[2][F::kWords];
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
@@ -178,10 +212,10 @@ __global__ void __launch_bounds__(256, 1)
           }
         }
       }
-      a[kBuf][t][0] = weight_pair<F>(raw[0], 2 * t, sc[kBuf][0], bi[kBuf][0], c, k_left);
-      a[kBuf][t][1] = weight_pair<F>(raw[1], 2 * t, sc[kBuf][1], bi[kBuf][1], c, k_left);
-      a[kBuf][t][2] = weight_pair<F>(raw[0], 2 * t + 1, sc[kBuf][0], bi[kBuf][0], c, k_left);
-      a[kBuf][t][3] = weight_pair<F>(raw[1], 2 * t + 1, sc[kBuf][1], bi[kBuf][1], c, k_left);
+      a[kBuf][t][0] = weight_pair<F>(raw[0], 2 * t, sc[0], bi[0], c, k_left);
+      a[kBuf][t][1] = weight_pair<F>(raw[1], 2 * t, sc[1], bi[1], c, k_left);
+      a[kBuf][t][2] = weight_pair<F>(raw[0], 2 * t + 1, sc[0], bi[0], c, k_left);
+      a[kBuf][t][3] = weight_pair<F>(raw[1], 2 * t + 1, sc[1], bi[1], c, k_left);
     }
     load_scales(j + 2, buf);  // (this chunk's are in registers of a[] now)
     wgmma_fence();
