@@ -173,6 +173,18 @@ __global__ void __launch_bounds__(256, 1)
   int segment_end = segment_begin(1, p.segments, chunks);
   uint32_t a[2][8][4];  // A fragments of two chunks (buffer j % 2), 8 k steps each
 
+  // The finished segment's sums (acc, its wgmmas complete) added to the total, in segment order; acc zeroed.
+  auto flush_segment = [&] {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      float* slot = total + i * 256;
+      *slot = segment == 0 ? acc[i] : *slot + acc[i];
+      acc[i] = 0.0f;
+    }
+    ++segment;
+    segment_end = segment_begin(segment + 1, p.segments, chunks);
+  };
+
   // Chunk j with A buffer kBuf (= j % 2: register arrays need compile-time indices).
   auto run_chunk = [&](int j, auto buf) {
     constexpr int kBuf = decltype(buf)::value;
@@ -218,26 +230,20 @@ __global__ void __launch_bounds__(256, 1)
       a[kBuf][t][3] = weight_pair<F>(raw[1], 2 * t + 1, sc[1], bi[1], c, k_left);
     }
     load_scales(j + 2, buf);  // (this chunk's are in registers of a[] now)
+    if constexpr (kSplit) {
+      // Chunk j starts a segment: the previous one's sum joins the total now, after this chunk's
+      // dequantization (which overlapped the previous chunk's wgmmas), and the chain restarts at +0.
+      if (j == segment_end) {
+        wgmma_wait<0>();
+        flush_segment();
+      }
+    }
     wgmma_fence();
     // Step t: columns 16 t .. 16 t + 15 of the chunk, in block t / 4 at byte 32 (t % 4) of each row.
 #pragma unroll
     for (int t = 0; t < 8; ++t)
       wgmma_m64n128k16(acc, a[kBuf][t], b_descriptor(b_addr + (t >> 2) * (kTileM * 128) + (t & 3) * 32));
     wgmma_commit();
-
-    if constexpr (kSplit) {
-      if (j + 1 == segment_end) {
-        wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < 64; ++i) {
-          float* slot = total + i * 256;
-          *slot = segment == 0 ? acc[i] : *slot + acc[i];
-          acc[i] = 0.0f;
-        }
-        ++segment;
-        segment_end = segment_begin(segment + 1, p.segments, chunks);
-      }
-    }
   };
 
   int j = 0;
@@ -247,6 +253,7 @@ __global__ void __launch_bounds__(256, 1)
   }
   if (j < chunks) run_chunk(j, std::integral_constant<int, 0>{});
   wgmma_wait<0>();
+  if constexpr (kSplit) flush_segment();  // the last segment
   cp_async_wait<0>();
 
   // Store: rows g / g + 8 of the warp's 16 (weight rows), columns 8 nt + 2 c + (i % 2) (x rows).
