@@ -1072,13 +1072,14 @@ __global__ void __launch_bounds__(256, 1)
 
 // Enqueues a prefill kernel (linear_prefill_kernel or prefill_wgmma_kernel) over grid_x x-row tiles (or
 // chunks of `grouped`) and the weight's row tiles, with `smem` bytes of dynamic shared memory.
-template <class Kernel>
-void launch_prefill_tiles(Kernel kernel, int smem, const Problem& p, const uint32_t* xp,
-                          const PrefillChunks& grouped, int64_t grid_x, cudaStream_t stream) {
+template <class Kernel, class... Extra>
+void launch_prefill_tiles(Kernel kernel, int smem, int threads, const Problem& p, const uint32_t* xp,
+                          const PrefillChunks& grouped, int64_t grid_x, cudaStream_t stream,
+                          const Extra&... extra) {
   // Per call (cheap, host-side) so that every device the process uses gets the attribute.
   LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>((p.n + kTileN - 1) / kTileN));
-  launch(kernel, grid, 256, static_cast<size_t>(smem), stream, p, xp, grouped);
+  launch(kernel, grid, threads, static_cast<size_t>(smem), stream, p, xp, grouped, extra...);
 }
 
 // Enqueues the decode kernel (m <= kDecodeMaxRows; any m works). x_up (the batch-1 4-bit kernel only, where

@@ -12,8 +12,8 @@ namespace {
 template <class F, bool kSplit>
 void prefill_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
                     cudaStream_t stream) {
-  launch_prefill_tiles(linear_prefill_kernel<F, kSplit>, PrefillConfig<F, kSplit>::kSmemBytes, p, xp, grouped,
-                       grid_x, stream);
+  launch_prefill_tiles(linear_prefill_kernel<F, kSplit>, PrefillConfig<F, kSplit>::kSmemBytes, 256, p, xp,
+                       grouped, grid_x, stream);
 }
 
 template <class F>

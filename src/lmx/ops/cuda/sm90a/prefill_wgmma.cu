@@ -18,6 +18,9 @@
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 namespace lmx::cuda::linear {
 namespace {
 
@@ -26,10 +29,20 @@ struct WgmmaConfig {
   static constexpr int kABytes = PrefillConfig<F>::kABytes;
   static constexpr int kBBytes = kTileM * 256;
   static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kStages = 4;
   static constexpr int kTotalBytes = kSplit ? 64 * 256 * 4 : 0;  // segment totals, as the mma.sync kernel's
-  static constexpr int kMaxSmem = 227 * 1024;
-  static constexpr int kStages = 4 * kStageBytes + kTotalBytes <= kMaxSmem ? 4 : 3;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kTotalBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kTotalBytes + 2 * kStages * 8;  // + mbarriers
+  static_assert(kSmemBytes <= 227 * 1024);
+  static constexpr int kConsumers = 256;            // two warpgroups
+  static constexpr int kThreads = kConsumers + 32;  // and the producer warp
+};
+
+// The tensor maps of a launch (TMA): the weight's codes as bytes [rows of the whole stack][row bytes], box 64
+// bytes (one chunk of a row) x 128 rows; the prepared x as 2-byte units [rows][chunks * 128], box 64 units
+// (128 bytes: half a chunk) x 128 rows, 128-byte swizzled (wgmma's B layout). Elements past the arrays' ends
+// arrive as zeros.
+struct WgmmaMaps {
+  CUtensorMap weight, x;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -68,16 +81,40 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
-// Makes the generic-proxy writes to shared memory (the cp.async copies) visible to the async proxy (wgmma).
-__device__ __forceinline__ void fence_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
 // Descriptor of a K-major B operand in the 128-byte swizzled layout (PrefillStageCopies<F, true>): the k16
 // step's first bytes at `address` (within a 1024-byte aligned block of 8 rows x 128 bytes), the next 8 rows
 // 1024 bytes on (the stride byte offset; the leading one is unused by this layout), swizzle mode 1 (128 B).
 __device__ __forceinline__ uint64_t b_descriptor(uint32_t address) {
   return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Waits until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// TMA: the box at (x0, x1) of a 2-D tensor map into shared memory, completing `bytes` on the barrier.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x0, int x1,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x0), "r"(x1), "r"(bar)
+      : "memory");
 }
 #endif
 
@@ -101,8 +138,9 @@ __device__ __forceinline__ float scale_from_bits(uint32_t bits) {
 }
 
 template <class F, bool kSplit>
-__global__ void __launch_bounds__(256, 1)
-    prefill_wgmma_kernel(const Problem p, const uint32_t* xp, const PrefillChunks grouped) {
+__global__ void __launch_bounds__(WgmmaConfig<F, kSplit>::kThreads, 1)
+    prefill_wgmma_kernel(const Problem p, const uint32_t* xp, const PrefillChunks grouped,
+                         const __grid_constant__ WgmmaMaps maps) {
 #if defined(LMX_HAS_WGMMA)
   wait_for_prior_kernels();
   allow_next_kernel();
@@ -118,6 +156,35 @@ __global__ void __launch_bounds__(256, 1)
   const int64_t row_tile = static_cast<int64_t>(blockIdx.y) * kTileN;
   const uint32_t smem_base = smem_address(smem);
   if ((smem_base & 1023) != 0) __trap();  // the swizzled B blocks need 1024-byte alignment
+  const int chunks = p.chunks;
+
+  // Stage s holds a chunk's weight codes (kABytes) and prepared x (kBBytes). full[s]: the chunk landed
+  // (the producer's expect_tx and the TMA bytes); empty[s]: all 8 consumer warps are done with it.
+  const uint32_t full = smem_base + kStages * C::kStageBytes + C::kTotalBytes, empty = full + 8 * kStages;
+  if (tid == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(full + 8 * st, 1);
+      mbarrier_init(empty + 8 * st, C::kConsumers / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == C::kConsumers / 32) {  // the producer warp: one lane issues every chunk's copies
+    if (lane == 0) {
+      const int weight_row = static_cast<int>(expert_row0 + row_tile), x_row = static_cast<int>(tok_tile);
+      for (int n = 0; n < chunks; ++n) {
+        const int st = n % kStages;
+        if (n >= kStages) mbarrier_wait(empty + 8 * st, (n / kStages - 1) & 1);  // chunk n - kStages is done
+        const uint32_t stage = smem_base + st * C::kStageBytes, bar = full + 8 * st;
+        mbarrier_arrive_expect_tx(bar, C::kStageBytes);
+        tma_load_2d(stage, &maps.weight, n * (kChunk / 2), weight_row, bar);
+        tma_load_2d(stage + C::kABytes, &maps.x, n * kChunk, x_row, bar);
+        tma_load_2d(stage + C::kABytes + kTileM * 128, &maps.x, n * kChunk + 64, x_row, bar);
+      }
+    }
+    return;
+  }
 
   // This lane's weight rows: warpgroup warp / 4, its warp warp % 4, half h → local row 16 warp + 8 h + g.
   int64_t rows[2];
@@ -128,19 +195,10 @@ __global__ void __launch_bounds__(256, 1)
     row_ok[h] = rows[h] < p.n;
   }
 
-  const PrefillStageCopies<F, true> copies(p, xp, expert_row0, row_tile, tok_tile, m_end);
   float acc[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
   float* total = reinterpret_cast<float*>(smem + kStages * C::kStageBytes) + tid;  // [64][256]
-
-  const int chunks = p.chunks;
-  constexpr int kAhead = kStages - 2;  // chunks in flight beyond the one being computed
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (s < chunks) copies.load(s, smem_base + s * C::kStageBytes);
-    cp_async_commit();
-  }
 
   // Scales and biases of chunk j in buffer j % 2, loaded two chunks ahead (a chunk of asynchronous wgmmas
   // is much shorter than the mma.sync kernel's chunk, which hides the loads of one chunk ahead). They are
@@ -189,14 +247,8 @@ __global__ void __launch_bounds__(256, 1)
   auto run_chunk = [&](int j, auto buf) {
     constexpr int kBuf = decltype(buf)::value;
     wgmma_wait<1>();  // this warpgroup's chunk j - 2 is done: its A buffer (this one) and its stage are free
-    cp_async_wait<kAhead - 1>();  // this thread's copies of chunk j landed
-    fence_async_shared();
-    __syncthreads();  // every copy of chunk j landed; both warpgroups are past chunk j - 2
-    {
-      const int next = j + kAhead;  // into the stage of chunk j - 2
-      if (next < chunks) copies.load(next, smem_base + (next % kStages) * C::kStageBytes);
-      cp_async_commit();
-    }
+    if (j >= 2 && lane == 0) mbarrier_arrive(empty + 8 * ((j - 2) % kStages));
+    mbarrier_wait(full + 8 * (j % kStages), (j / kStages) & 1);  // chunk j landed
     const int stage = j % kStages;
     const unsigned char* a_ptr = smem + stage * C::kStageBytes;
     const uint32_t b_addr = smem_base + stage * C::kStageBytes + C::kABytes;
@@ -254,9 +306,8 @@ __global__ void __launch_bounds__(256, 1)
   if (j < chunks) run_chunk(j, std::integral_constant<int, 0>{});
   wgmma_wait<0>();
   if constexpr (kSplit) flush_segment();  // the last segment
-  cp_async_wait<0>();
 
-  // Store: rows g / g + 8 of the warp's 16 (weight rows), columns 8 nt + 2 c + (i % 2) (x rows).
+    // Store: rows g / g + 8 of the warp's 16 (weight rows), columns 8 nt + 2 c + (i % 2) (x rows).
 #pragma unroll
   for (int nt = 0; nt < 16; ++nt) {
     const int64_t token = tok_tile + nt * 8 + 2 * c;
@@ -288,11 +339,53 @@ bool device_is_sm90() {
   return major == 9 && minor == 0;
 }
 
+// cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), or null.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A 2-D tensor map over [rows][row_bytes] of `base` (elements of elem_bytes), box box_elems x 128 rows.
+bool encode_map(CUtensorMap& map, const void* base, int elem_bytes, int64_t row_bytes, int64_t rows,
+                int box_elems, bool swizzle_128b) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes / elem_bytes), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_elems), 128};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r =
+      encode(&map, elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
+             const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+// The launch's tensor maps, or false when TMA cannot describe the arrays (a driver without the entry point,
+// an address or a row length that is not a multiple of 16 bytes).
+bool make_maps(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, WgmmaMaps& maps) {
+  const int64_t row_bytes = p.row_words * 4;
+  const int64_t weight_rows = grouped.chunks != nullptr ? static_cast<int64_t>(grouped.experts) * p.n : p.n;
+  if (row_bytes % 16 != 0 || weight_rows >= (int64_t{1} << 31) || p.m >= (int64_t{1} << 31)) return false;
+  return encode_map(maps.weight, p.weight, 1, row_bytes, weight_rows, kChunk / 2, false) &&
+         encode_map(maps.x, xp, 2, static_cast<int64_t>(p.chunks) * 256, p.m, 64, true);
+}
+
 template <class F, bool kSplit>
 void launch_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
-                   cudaStream_t stream) {
-  launch_prefill_tiles(prefill_wgmma_kernel<F, kSplit>, WgmmaConfig<F, kSplit>::kSmemBytes, p, xp, grouped,
-                       grid_x, stream);
+                   const WgmmaMaps& maps, cudaStream_t stream) {
+  using C = WgmmaConfig<F, kSplit>;
+  launch_prefill_tiles(prefill_wgmma_kernel<F, kSplit>, C::kSmemBytes, C::kThreads, p, xp, grouped, grid_x,
+                       stream, maps);
 }
 
 }  // namespace
@@ -302,12 +395,14 @@ bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChu
   // 4-bit codes with 16-byte aligned rows only (the checkpoints' format): the other formats keep the mma.sync
   // kernel (instantiated for every format, this file grew the xz-compressed device bundle from 7 to 17 MB).
   if (p.format != WeightFormat::kQ4 || !wgmma_enabled() || !device_is_sm90()) return false;
+  WgmmaMaps maps;
+  if (!make_maps(p, xp, grouped, maps)) return false;
   with_q4_format(p, [&](auto f) {
     using F = decltype(f);
     if (p.segments > 1)
-      launch_kernel<F, true>(p, xp, grouped, grid_x, stream);
+      launch_kernel<F, true>(p, xp, grouped, grid_x, maps, stream);
     else
-      launch_kernel<F, false>(p, xp, grouped, grid_x, stream);
+      launch_kernel<F, false>(p, xp, grouped, grid_x, maps, stream);
   });
   return true;
 }
