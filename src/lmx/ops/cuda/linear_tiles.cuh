@@ -779,16 +779,14 @@ __device__ __forceinline__ uint32_t a_smem_offset(int row, int unit_or_word) {
   }
 }
 
-// The copies of one prefill stage: the block's raw weight words (weight rows expert_row0 + row_tile .., where
-// expert_row0 is the expert's first row in a stack, 0 for a plain weight) and prepared x (x rows [tok_tile,
-// m_end) of the tile's 128) for one chunk. The prepared x lands as 256-byte rows with XOR-swizzled 16-byte
-// units (ldmatrix, the mma.sync kernel), or with kSwizzle128B in wgmma's 128-byte swizzled K-major layout
-// (prefill_wgmma.cu): columns 0..63 of the chunk in one 16 KB block, 64..127 in the next, row r's 128 bytes
-// at r * 128 with 16-byte unit u at u ^ (r % 8) (1024-byte aligned blocks). Each thread's sources and
-// destinations are planned once per tile, so that a chunk costs an add per copy: planned per chunk, the
-// 64-bit index arithmetic was over half of the wgmma kernel's instructions. A copy past the weight's rows,
-// past k or past m_end zero-fills, from an address inside the arrays (its tile's first row).
-template <class F, bool kSwizzle128B = false>
+// The copies of one stage of the mma.sync prefill kernel: the block's raw weight words (weight rows
+// expert_row0 + row_tile .., where expert_row0 is the expert's first row in a stack, 0 for a plain weight)
+// and prepared x (x rows [tok_tile, m_end) of the tile's 128, as 256-byte rows with XOR-swizzled 16-byte
+// units for ldmatrix) for one chunk. Each thread's sources and destinations are planned once per tile, so
+// that a chunk costs an add per copy: planned per chunk, the 64-bit index arithmetic was over half of the
+// instructions of the wgmma kernel that shared this code before it moved to TMA. A copy past the weight's
+// rows, past k or past m_end zero-fills, from an address inside the arrays (its tile's first row).
+template <class F>
 struct PrefillStageCopies {
   using C = PrefillConfig<F>;
   static constexpr bool kWide = F::kLoadBytes == 16;  // 16-byte copies (else 4-byte words)
@@ -829,9 +827,8 @@ struct PrefillStageCopies {
       if (tok_tile + r + it * (256 / 16) < m_end) b_rows_ok |= 1u << it;
     b_src = xp + ((tok_tile + r) * p.chunks) * 64 + q * 4;  // row tok_tile + r: the tile's first row is valid
     if ((b_rows_ok & 1u) == 0) b_src = xp + (tok_tile * p.chunks) * 64 + q * 4;
-    b_dst = C::kABytes + (kSwizzle128B ? (q >> 3) * (kTileM * 128) + r * 128 + (((q & 7) ^ (r & 7)) << 4)
-                                       : r * 256 + ((q ^ (r & 7)) << 4));
-    b_dst_step = (256 / 16) * (kSwizzle128B ? 128 : 256);  // (r + 16 keeps r % 8)
+    b_dst = C::kABytes + r * 256 + ((q ^ (r & 7)) << 4);
+    b_dst_step = (256 / 16) * 256;  // (r + 16 keeps r % 8)
   }
 
   // Enqueues the copies of chunk `chunk` into the stage at shared address `stage` (cp.async, not committed).
