@@ -1068,7 +1068,8 @@ __global__ void __launch_bounds__(256, 1)
 // ---- Host entry points (quantized_gemv.cu, quantized_gemm.cu) ---------------------------------------------
 
 // Enqueues a prefill kernel (linear_prefill_kernel or prefill_wgmma_kernel) over grid_x x-row tiles (or
-// chunks of `grouped`) and the weight's row tiles, with `smem` bytes of dynamic shared memory.
+// chunks of `grouped`) and the weight's row tiles, with `threads` per block, `smem` bytes of dynamic shared
+// memory and the kernel's parameters after (p, xp, grouped): `extra` (the wgmma kernel's tensor maps).
 template <class Kernel, class... Extra>
 void launch_prefill_tiles(Kernel kernel, int smem, int threads, const Problem& p, const uint32_t* xp,
                           const PrefillChunks& grouped, int64_t grid_x, cudaStream_t stream,
