@@ -111,7 +111,8 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// TMA: the box at (x0, x1) of a 2-D tensor map into shared memory, completing `bytes` on the barrier.
+// TMA: the box at (x0, x1) of a 2-D tensor map into shared memory; its bytes complete on the barrier `bar`
+// (whose expected transaction count the producer raised first).
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x0, int x1,
                                             uint32_t bar) {
   asm volatile(
@@ -309,9 +310,11 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit>::kThreads, 1)
   }
   if (j < chunks) run_chunk(j, std::integral_constant<int, 0>{});
   wgmma_wait<0>();
-  if constexpr (kSplit) flush_segment();  // the last segment
+  if constexpr (kSplit) {
+    flush_segment();  // the last segment
+  }
 
-    // Store: rows g / g + 8 of the warp's 16 (weight rows), columns 8 nt + 2 c + (i % 2) (x rows).
+  // Store: rows g / g + 8 of the warp's 16 (weight rows), columns 8 nt + 2 c + (i % 2) (x rows).
 #pragma unroll
   for (int nt = 0; nt < 16; ++nt) {
     const int64_t token = tok_tile + nt * 8 + 2 * c;
