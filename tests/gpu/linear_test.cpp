@@ -442,32 +442,41 @@ TEST_F(CudaLinear, QuantizedEmbeddingMatchesCpuExactly) {
 }
 
 // quantized_linear_gelu gives the bits of gelu_tanh_mul then quantized_linear: one kernel at batch 1 with
-// 4-bit weights (q4_gemv_kernel forms the product while staging x), the two ops otherwise.
+// 4-bit weights (q4_gemv_kernel forms the product while staging x), the x preparation of the prefill GEMM
+// above kDecodeMaxRows rows, the two ops otherwise. Up is either the second half of each gate row (the
+// stacked gate_up projection's output) or a buffer of its own with another row stride (the PLE's input).
 TEST_F(CudaLinear, QuantizedLinearGeluMatchesItsTwoOps) {
   struct Case {
     int bits;
     int64_t n, k, m;
+    bool own_up = false;
   };
   for (const Case& c : {Case{4, 300, 2560, 1}, Case{4, 2560, 4096, 1}, Case{4, 8480, 1024, 1},
                         Case{4, 77, ragged_k(64), 1}, Case{8, 70, 1024, 1}, Case{4, 300, 2560, 5},
-                        Case{4, 300, 2560, 40}}) {
+                        Case{4, 300, 2560, 40}, Case{4, 2560, 10240, 300}, Case{4, 77, ragged_k(64), 200},
+                        Case{8, 70, 1024, 130}, Case{4, 300, 256, 200, true}, Case{4, 300, 256, 3, true}}) {
     const ops::QuantizedWeight w = test::random_quantized_weight({c.n, c.k}, c.bits, 64, DType::kBF16, true);
     const DeviceQuantizedWeight dw = upload(w);
-    const int64_t stride = 2 * c.k;  // each row: gate, then up (the stacked gate_up projection's output)
+    const int64_t stride = 2 * c.k;                             // gate rows (and up rows after them)
+    const int64_t up_stride = c.own_up ? 3 * c.k + 4 : stride;  // own_up: rows of a wider buffer
     const Tensor x = test::random_tensor({c.m, stride}, DType::kF32, -3.0f, 3.0f);
+    const Tensor u = test::random_tensor({c.m, up_stride}, DType::kF32, -3.0f, 3.0f);
     const std::vector<float> host(x.data<float>(), x.data<float>() + c.m * stride);
+    const std::vector<float> host_up(u.data<float>(), u.data<float>() + c.m * up_stride);
     DeviceBuffer two = cuda::upload_vector(host), one = cuda::upload_vector(host);
+    DeviceBuffer own_up = cuda::upload_vector(host_up);
+    const float* up_two = c.own_up ? own_up.as<float>() + c.k : two.as<float>() + c.k;
+    const float* up_one = c.own_up ? own_up.as<float>() + c.k : one.as<float>() + c.k;
     const std::vector<float> expected = run(c.m, c.n, c.n, [&](float* out) {
-      cuda::gelu_tanh_mul(two.as<float>(), stride, two.as<float>() + c.k, stride, two.as<float>(), stride, c.m, c.k,
+      cuda::gelu_tanh_mul(two.as<float>(), stride, up_two, up_stride, two.as<float>(), stride, c.m, c.k,
                           ctx_->stream());
       cuda::quantized_linear(two.as<float>(), stride, c.m, dw.view, out, c.n, *ctx_);
     });
     const std::vector<float> fused = run(c.m, c.n, c.n, [&](float* out) {
-      cuda::quantized_linear_gelu(one.as<float>(), stride, one.as<float>() + c.k, stride, c.m, dw.view, out, c.n,
-                                  *ctx_);
+      cuda::quantized_linear_gelu(one.as<float>(), stride, up_one, up_stride, c.m, dw.view, out, c.n, *ctx_);
     });
     ASSERT_EQ(std::memcmp(fused.data(), expected.data(), fused.size() * sizeof(float)), 0)
-        << "bits " << c.bits << " N=" << c.n << " K=" << c.k << " M=" << c.m;
+        << "bits " << c.bits << " N=" << c.n << " K=" << c.k << " M=" << c.m << " own up " << c.own_up;
   }
 }
 

@@ -710,12 +710,14 @@ __global__ void __launch_bounds__(kMaxSegments * 32) linear_decode_kernel(const 
 // 2t + p, e)]) (0 past k) — each mma step's B fragment as two 16-byte rows for ldmatrix.
 //
 // Gathered rows (the MoE's grouped prefill): row r of xp is x's row map[r] / div (a negative map entry: a
-// row of zeros), and with up_offset > 0 its values are gelu_tanh(x[k]) * x[k + up_offset] (the GeGLU of a
-// [gate | up] row, in f32 as the gelu_tanh_mul op computes it).
+// row of zeros). With `up` set, the values of source row s are gelu_tanh(x[s, k]) * up[s, k] (the GeGLU
+// before a down projection, in f32 as the gelu_tanh_mul op computes it, so the same bits as that op followed
+// by the projection; for a stacked [gate | up] row, up = x + the gate width).
 struct XRows {
   const int32_t* map = nullptr;  // null: row r is x's row r
   int div = 1;
-  int64_t up_offset = 0;
+  const float* up = nullptr;  // null: no GeGLU
+  int64_t up_stride = 0;
 };
 
 template <class F>
@@ -733,11 +735,12 @@ __global__ void prepare_x_kernel(const float* x, int64_t x_stride, int64_t k, in
   int64_t source = row;
   if (rows.map != nullptr) source = rows.map[row] < 0 ? -1 : rows.map[row] / rows.div;
   const float* xr = x + source * x_stride + j * kChunk;
+  const float* ur = rows.up + source * rows.up_stride + j * kChunk;  // (only read with rows.up set)
   const int64_t k_left = source < 0 ? 0 : k - j * kChunk;
   const int k0 = pair_k<F>(c, P, 0), k1 = pair_k<F>(c, P, 1);
   auto value = [&](int kk) {
     if (kk >= k_left) return 0.0f;
-    return rows.up_offset > 0 ? detail::gelu_tanh_mul(xr[kk], xr[kk + rows.up_offset]) : xr[kk];
+    return rows.up != nullptr ? detail::gelu_tanh_mul(xr[kk], ur[kk]) : xr[kk];
   };
   xp[(row * chunks + j) * 64 + q] = pack_bf16x2(value(k0), value(k1));
 }
@@ -1089,8 +1092,9 @@ void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up = nu
 bool launch_decode_geglu(const Problem& p, cudaStream_t stream);
 // Bytes of scratch the prefill path needs for prepared x.
 size_t prefill_scratch_bytes(const Problem& p);
-// Enqueues x preparation into `xp` (prefill_scratch_bytes) and the prefill kernel.
-void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream);
+// Enqueues x preparation into `xp` (prefill_scratch_bytes) and the prefill kernel; `rows` may ask for the
+// GeGLU of x and rows.up (no gathering: rows.map must be null).
+void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream, const XRows& rows = XRows{});
 // The prefill kernel on Hopper's warpgroup MMA (sm90a/prefill_wgmma.cu): the same tiles, operands, k steps
 // and segment sums as linear_prefill_kernel, so the same bits (wgmma chains give mma.sync's bits:
 // bench/cuda/wgmma_probe.cu); xp already prepared. False (nothing enqueued) when it does not apply: a weight

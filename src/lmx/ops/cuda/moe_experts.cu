@@ -319,7 +319,10 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
       linear::XRows rows;
       rows.map = is_down ? nullptr : p.sorted_pair;
       rows.div = p.top_k;
-      rows.up_offset = is_down ? inter : 0;
+      if (is_down) {
+        rows.up = p.x + inter;
+        rows.up_stride = p.x_stride;
+      }
       linear::PrefillChunks grouped{p.chunks, p.chunk_count, p.num_experts};
       auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, linear::prefill_scratch_bytes(q)));
       linear::launch_prefill_grouped(q, rows, grouped, grid_y, xp, ctx.stream());

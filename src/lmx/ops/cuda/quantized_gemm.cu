@@ -40,8 +40,8 @@ size_t prefill_scratch_bytes(const Problem& p) {
   return static_cast<size_t>(p.m) * static_cast<size_t>(p.chunks) * kChunk * 2;
 }
 
-void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream) {
-  prefill_any(p, xp, XRows{}, PrefillChunks{}, (p.m + kTileM - 1) / kTileM, stream);
+void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream, const XRows& rows) {
+  prefill_any(p, xp, rows, PrefillChunks{}, (p.m + kTileM - 1) / kTileM, stream);
 }
 
 void launch_prefill_grouped(const Problem& p, const XRows& rows, const PrefillChunks& grouped, int max_chunks,

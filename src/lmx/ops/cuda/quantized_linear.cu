@@ -158,6 +158,14 @@ void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, in
     linear::launch_decode(p, ctx.stream(), up);
     return;
   }
+  if (p.m > linear::kDecodeMaxRows) {  // the prefill path: its x preparation forms the product
+    linear::XRows rows;
+    rows.up = up;
+    rows.up_stride = up_stride;
+    auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, linear::prefill_scratch_bytes(p)));
+    linear::launch_prefill(p, xp, ctx.stream(), rows);
+    return;
+  }
   // Two kernels: the product into gate, then the projection.
   gelu_tanh_mul(gate, gate_stride, up, up_stride, gate, gate_stride, m, w.cols, ctx.stream());
   linear::run(p, ctx);
