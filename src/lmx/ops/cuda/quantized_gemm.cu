@@ -19,8 +19,9 @@ void prefill_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& g
 template <class F>
 void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& grouped, int64_t grid_x,
              cudaStream_t stream) {
-  const dim3 prep_grid(static_cast<unsigned>(p.m), static_cast<unsigned>((p.chunks * 64 + 255) / 256));
-  launch(prepare_x_kernel<F>, prep_grid, 256, 0, stream, p.x, p.x_stride, p.k, p.chunks, xp, rows);
+  const int64_t units = p.m * p.chunks * 16;  // 16 bytes of xp each
+  launch(prepare_x_kernel<F>, dim3(static_cast<unsigned>((units + 255) / 256)), 256, 0, stream, p.x,
+         p.x_stride, p.k, p.chunks, xp, rows, units);
   if (launch_prefill_wgmma(p, xp, grouped, grid_x, stream)) return;
   if (p.segments > 1)
     prefill_kernel<F, true>(p, xp, grouped, grid_x, stream);
