@@ -6,16 +6,27 @@
 # ~4 MB to the bundle (its fatbins are compressed, so xz finds little in common with the others), and the
 # device tool carries 64 MiB with the tree (~55 MB): with an lmx-only bundle (`scripts/device_bundle.sh lmx`,
 # ~6 MB) that is one variant per run. The script warns past 11 MB.
-# Usage: scripts/device_bundle.sh lmx && scripts/device_variants.sh COMMIT   (then run lmx_<commit> there)
+# An argument NAME=PATH adds a binary already built (e.g. the previous build's lmx, saved before rebuilding:
+# `cp build/device/lmx /tmp/lmx_prev`) as bin/lmx_NAME instead, for A/Bs of uncommitted changes.
+# Usage: scripts/device_bundle.sh lmx && scripts/device_variants.sh COMMIT|NAME=PATH...
+#        (then run lmx_<commit> or lmx_NAME there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-(($#)) || { echo "usage: scripts/device_variants.sh COMMIT..." >&2; exit 2; }
+(($#)) || { echo "usage: scripts/device_variants.sh COMMIT|NAME=PATH..." >&2; exit 2; }
 [ -f .device/bundle.tar.xz ] || { echo "device_variants: no .device/bundle.tar.xz (run scripts/device_bundle.sh)" >&2; exit 1; }
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 tar -C "$stage" -xJf .device/bundle.tar.xz
 for rev in "$@"; do
+  if [[ "$rev" == *=* ]]; then
+    name=${rev%%=*} path=${rev#*=}
+    [[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "device_variants: bad variant name '$name'" >&2; exit 2; }
+    [ -f "$path" ] || { echo "device_variants: no binary at $path" >&2; exit 1; }
+    strip -o "$stage/bin/lmx_$name" "$path"
+    echo "device_variants: bin/lmx_$name (from $path)"
+    continue
+  fi
   commit=$(git rev-parse --short=7 "$rev^{commit}")
   dir="$root/build/variants/$commit"
   if [ ! -d "$dir/src" ]; then
