@@ -736,7 +736,7 @@ __global__ void prepare_x_kernel(const float* x, int64_t x_stride, int64_t k, in
   int64_t source = row;
   if (rows.map != nullptr) source = rows.map[row] < 0 ? -1 : rows.map[row] / rows.div;
   const float* xr = x + source * x_stride + j * kChunk;
-  const float* ur = rows.up + source * rows.up_stride + j * kChunk;  // (only read with rows.up set)
+  const float* ur = rows.up != nullptr ? rows.up + source * rows.up_stride + j * kChunk : nullptr;
   const int64_t k_left = source < 0 ? 0 : k - j * kChunk;
   auto value = [&](int kk) {
     if (kk >= k_left) return 0.0f;
@@ -1123,5 +1123,8 @@ Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const Dev
 void complete(Problem& p);
 // complete(), then the decode or the prefill path.
 void run(Problem p, CudaContext& ctx);
+// The prefill path of a completed problem: x prepared into the context's scratch (`rows`: launch_prefill's),
+// then the prefill kernel.
+void run_prefill(const Problem& p, CudaContext& ctx, const XRows& rows = XRows{});
 
 }  // namespace lmx::cuda::linear

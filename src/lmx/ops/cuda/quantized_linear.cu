@@ -75,12 +75,15 @@ void complete(Problem& p) {
 
 void run(Problem p, CudaContext& ctx) {
   complete(p);
-  if (p.m > kDecodeMaxRows) {
-    auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, prefill_scratch_bytes(p)));
-    launch_prefill(p, xp, ctx.stream());
-    return;
-  }
-  launch_decode(p, ctx.stream());
+  if (p.m > kDecodeMaxRows)
+    run_prefill(p, ctx);
+  else
+    launch_decode(p, ctx.stream());
+}
+
+void run_prefill(const Problem& p, CudaContext& ctx, const XRows& rows) {
+  auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, prefill_scratch_bytes(p)));
+  launch_prefill(p, xp, ctx.stream(), rows);
 }
 
 Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
@@ -162,8 +165,7 @@ void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, in
     linear::XRows rows;
     rows.up = up;
     rows.up_stride = up_stride;
-    auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, linear::prefill_scratch_bytes(p)));
-    linear::launch_prefill(p, xp, ctx.stream(), rows);
+    linear::run_prefill(p, ctx, rows);
     return;
   }
   // Two kernels: the product into gate, then the projection.
