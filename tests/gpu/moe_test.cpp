@@ -389,6 +389,20 @@ void expect_token_invariant(const Tensor& x, const Routing& r, const Tensor& all
 
 // ---- Quantized experts ---------------------------------------------------------------------------------
 
+TEST(CudaMoePasses, PassTokensFollowTheActivationBudget) {
+  // 26B-A4B (H 2816, I 704, top 8): 16896 bytes per pair, 31775 pairs in 512 MiB, so 3971 tokens per pass.
+  EXPECT_EQ(cuda::moe_pass_tokens(1, 8, 2816, 704), 1);
+  EXPECT_EQ(cuda::moe_pass_tokens(2048, 8, 2816, 704), 2048);
+  EXPECT_EQ(cuda::moe_pass_tokens(3971, 8, 2816, 704), 3971);
+  EXPECT_EQ(cuda::moe_pass_tokens(3972, 8, 2816, 704), 1986);  // two equal passes
+  EXPECT_EQ(cuda::moe_pass_tokens(8192, 8, 2816, 704), 2731);  // three: 2731, 2731, 2730
+  // Small rows: at most kMoeMaxPassPairs pairs; huge rows: at least kMoeMinPassPairs.
+  EXPECT_EQ(cuda::moe_pass_tokens(100000, 8, 64, 32), 4000);           // 25 passes of 4000 (≤ 4096 tokens)
+  EXPECT_EQ(cuda::moe_pass_tokens(100000, 8, 1 << 20, 1 << 18), 511);  // ≤ 512 (4096 pairs): 196 passes
+  EXPECT_EQ(cuda::moe_pass_tokens(7, 40, 1 << 20, 1 << 18), 7);        // fewer tokens than one pass holds
+  EXPECT_EQ(cuda::moe_pass_tokens(300, 40, 1 << 20, 1 << 18), 100);    // 102 per pass at most: 3 of 100
+}
+
 TEST_F(CudaMoeTest, QuantizedExpertsMatchTheReference) {
   struct Case {
     int64_t tokens, hidden, inter;
@@ -417,8 +431,8 @@ TEST_F(CudaMoeTest, QuantizedExpertsMatchTheReference) {
       {5, 128, 64, 16, 2, 8, 8, 3, 32, DType::kBF16, true},
       {64, 128, 128, 4, 2, 6, 6, 5, 64, DType::kF16, true},
       {3, 128, 64, 4, 2, 2, 2, 4, 32, DType::kBF16, true},
-      // Several passes (T·k > 4096 pairs).
-      {600, 64, 32, 16, 8, 4, 4, 4, 32, DType::kBF16, false},
+      // Several passes (T·k > cuda::kMoeMaxPassPairs = 32768 pairs: two passes of 2250 tokens).
+      {4500, 64, 32, 16, 8, 4, 4, 4, 32, DType::kBF16, false},
   };
   for (const Case& c : cases) {
     const std::string what =
@@ -656,7 +670,7 @@ TEST_F(CudaMoeTest, ExpertOutputNormsGiveTheBitsOfTheUnfusedOps) {
       {5, 4096, 64, 4, 2, false, false},    // grouped; 1024 float4s: still a thread per float4
       {2, 4128, 64, 4, 2, false, false},    // 1032 float4s: threads stride over the row
       {64, 128, 64, 16, 2, false, false},   // grouped, a warp per row
-      {600, 64, 32, 16, 8, false, false},   // several passes
+      {4500, 64, 32, 16, 8, false, false},  // several passes
       {5, 128, 64, 4, 2, true, false},      // dense experts
       {3, 128, 64, 64, 40, false, false},   // top_k above the fused kernels' 32: the unfused ops run
       {3, 2048, 64, 4, 2, false, true},     // dense_out 4 bytes past a 16-byte boundary: float rows

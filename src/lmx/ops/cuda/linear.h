@@ -129,6 +129,17 @@ struct MoeOutputNorms {
 void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
                            const DeviceQuantized& gate_up, const DeviceQuantized& down, float* out, CudaContext& ctx,
                            const MoeOutputNorms* norms = nullptr, bool ids_early = false);
+// Tokens per pass of the expert dispatch for a call of `tokens` tokens: a call runs in passes (grouping,
+// gate/up, down, combine each), as many tokens each as keep a pass's activations (the gate/up output
+// [pairs, 2I] and the down output [pairs, H], f32) within kMoePassBytes, but at least kMoeMinPassPairs /
+// top_k and at most kMoeMaxPassPairs / top_k, split evenly over the passes that takes. Large passes fill the
+// prefill GEMM's 128-pair tiles: 26B-A4B (128 experts, top 8) has 128 pairs per expert at 2048 tokens in one
+// pass, where passes of 4096 pairs left 32 (docs/benchmarks.md, sixteenth pass). Tokens are independent, so
+// passes change no bits. LMX_MOE_PASS_PAIRS=N in the environment makes passes of at most N pairs instead (A/B
+// runs; 4096 was the fixed size before).
+constexpr int64_t kMoePassBytes = int64_t{512} << 20;
+constexpr int64_t kMoeMinPassPairs = 4096, kMoeMaxPassPairs = 32768;
+int64_t moe_pass_tokens(int64_t tokens, int top_k, int64_t hidden, int64_t inter);
 // Same for dense experts: gate_up [E, 2I, H] (first I rows gate, next I rows up), down [E, H, I].
 void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
                        const DeviceDense& gate_up, const DeviceDense& down, float* out, CudaContext& ctx,

@@ -3,7 +3,7 @@
 // weighted combine in slot order. Graph-safe: expert ids are only read on the device; launch shapes
 // depend on the token count, top_k and the weights' shapes only.
 //
-// One call = passes of at most kMaxPassPairs pairs (tokens are independent, so passes change no bits):
+// One call = passes of at most moe_pass_tokens tokens (tokens are independent, so passes change no bits):
 //   1. (M > 1 only) group_pairs_kernel: counting sort of the pass's pairs by expert into
 //      ctx.scratch(kMoeRouting): row_of[pair], sorted_pair[row], and chunks of up to M rows of one expert.
 //   2. gate/up projection: hbuf[row, 0:I] = gate_e · x[token], hbuf[row, I:2I] = up_e · x[token].
@@ -33,7 +33,6 @@ namespace {
 using moe::ProjectionParams;
 using moe::WeightStack;
 
-constexpr int64_t kMaxPassPairs = 4096;
 constexpr int kMaxExperts = 4096;  // group_pairs_kernel keeps 3 ints per expert in shared memory
 constexpr int kGroupThreads = 1024;
 
@@ -137,8 +136,8 @@ template <class Launch>
 void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                        int top_k, int num_experts, int64_t hidden, int64_t inter, float* out,
                        const MoeOutputNorms* norms, bool tensor_cores, CudaContext& ctx, const Launch& project) {
-  const int64_t pass_tokens = std::max<int64_t>(1, kMaxPassPairs / top_k);
-  const int64_t max_pairs = std::min(tokens, pass_tokens) * top_k;
+  const int64_t pass_tokens = moe_pass_tokens(tokens, top_k, hidden, inter);
+  const int64_t max_pairs = pass_tokens * top_k;
   // Scratch: hbuf [pairs, 2I] then y [pairs, H]; routing tables.
   const size_t hbuf_bytes = align256(sizeof(float) * static_cast<size_t>(max_pairs * 2 * inter));
   const size_t y_bytes = align256(sizeof(float) * static_cast<size_t>(max_pairs * hidden));
@@ -260,6 +259,17 @@ int expert_segments(int64_t n_out, int64_t k) {
 }
 
 }  // namespace moe
+
+int64_t moe_pass_tokens(int64_t tokens, int top_k, int64_t hidden, int64_t inter) {
+  if (tokens <= 1) return std::max<int64_t>(tokens, 1);
+  const int64_t pair_bytes = static_cast<int64_t>(sizeof(float)) * (2 * inter + hidden);
+  static const int64_t forced = env_integer("LMX_MOE_PASS_PAIRS", 0, 1, int64_t{1} << 24);
+  const int64_t pairs =
+      forced > 0 ? forced : std::clamp(kMoePassBytes / pair_bytes, kMoeMinPassPairs, kMoeMaxPassPairs);
+  const int64_t most = std::max<int64_t>(1, pairs / top_k);
+  const int64_t passes = (tokens + most - 1) / most;
+  return (tokens + passes - 1) / passes;  // equal passes (the last one at most passes - 1 tokens shorter)
+}
 
 void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                            int top_k, const DeviceQuantized& gate_up, const DeviceQuantized& down, float* out,
