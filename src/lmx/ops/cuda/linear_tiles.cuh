@@ -872,29 +872,37 @@ __device__ __forceinline__ void load_raw_smem(const unsigned char* stage_ptr, in
   }
 }
 
-// The MoE's grouped prefill: blockIdx.x indexes chunks[] ({expert, first row, rows}: up to 128 x rows of one
-// expert, x rows and output rows indexed by those rows); blocks past *chunk_count exit. The weight is a stack
-// of p.n-row experts.
+// How a prefill launch's blocks map to tiles. The block's x tile is its grid x index (x rows 128 i ..) and
+// its weight row tile its grid y index — or, with rows_first, the other way round, so that the blocks
+// resident together share an x tile and read each other's weight tiles instead: one read of each x tile from
+// DRAM, where x-first sweeps re-read every x tile per weight row tile once x outgrows L2
+// (prefill_rows_first). The MoE's grouped prefill: the x index picks chunks[i] ({expert, first row, rows}: up
+// to 128 x rows of one expert, x rows and output rows indexed by those rows); blocks past *chunk_count exit.
+// The weight is a stack of p.n-row experts. The order changes which block computes a tile, never how: the
+// same bits.
 struct PrefillChunks {
   const int4* chunks = nullptr;  // null: a plain projection
   const int* chunk_count = nullptr;
   int experts = 0;
+  bool rows_first = false;  // weight row tiles along grid x, x tiles (chunks) along y
 };
 
-// A prefill block's x rows [tok_tile, m_end) and its weight's first row in a stack (expert_row0): from
-// blockIdx.x, or from its chunk of `grouped`. False when the block has no work (a grouped block past the
-// chunk count, or whose expert id is out of range); block-uniform.
+// A prefill block's x rows [tok_tile, m_end), its weight row tile's first row (row_tile) and the weight's
+// first row in a stack (expert_row0): from its grid indices, and its chunk of `grouped`. False when the block
+// has no work (a grouped block past the chunk count, or whose expert id is out of range); block-uniform.
 struct PrefillTile {
-  int64_t tok_tile = 0, m_end = 0, expert_row0 = 0;
+  int64_t tok_tile = 0, m_end = 0, expert_row0 = 0, row_tile = 0;
 };
 __device__ __forceinline__ bool prefill_tile(const Problem& p, const PrefillChunks& grouped,
                                              PrefillTile& tile) {
-  tile.tok_tile = static_cast<int64_t>(blockIdx.x) * kTileM;
+  const unsigned x_index = grouped.rows_first ? blockIdx.y : blockIdx.x;
+  tile.row_tile = static_cast<int64_t>(grouped.rows_first ? blockIdx.x : blockIdx.y) * kTileN;
+  tile.tok_tile = static_cast<int64_t>(x_index) * kTileM;
   tile.m_end = p.m;
   tile.expert_row0 = 0;
   if (grouped.chunks == nullptr) return true;
-  if (static_cast<int>(blockIdx.x) >= *grouped.chunk_count) return false;
-  const int4 chunk = grouped.chunks[blockIdx.x];
+  if (static_cast<int>(x_index) >= *grouped.chunk_count) return false;
+  const int4 chunk = grouped.chunks[x_index];
   if (chunk.x < 0 || chunk.x >= grouped.experts) return false;
   tile.expert_row0 = static_cast<int64_t>(chunk.x) * p.n;
   tile.tok_tile = chunk.y;
@@ -917,7 +925,7 @@ __global__ void __launch_bounds__(256, 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int warp_n = warp & 3, warp_m = warp >> 2;
-  const int64_t row_tile = static_cast<int64_t>(blockIdx.y) * kTileN;
+  const int64_t row_tile = tile.row_tile;
   const uint32_t smem_base = smem_address(smem);
 
   // This lane's weight rows: m-tile mt, half h → local row warp_n*32 + mt*16 + h*8 + g.
@@ -1085,7 +1093,9 @@ void launch_prefill_tiles(Kernel kernel, int smem, int threads, const Problem& p
                           const Extra&... extra) {
   // Per call (cheap, host-side) so that every device the process uses gets the attribute.
   LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>((p.n + kTileN - 1) / kTileN));
+  const auto x_tiles = static_cast<unsigned>(grid_x),
+             row_tiles = static_cast<unsigned>((p.n + kTileN - 1) / kTileN);
+  const dim3 grid = grouped.rows_first ? dim3(row_tiles, x_tiles) : dim3(x_tiles, row_tiles);
   launch(kernel, grid, threads, static_cast<size_t>(smem), stream, p, xp, grouped, extra...);
 }
 

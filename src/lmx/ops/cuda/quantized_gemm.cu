@@ -16,12 +16,30 @@ void prefill_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& g
                        grouped, grid_x, stream);
 }
 
+// The grid order of a prefill launch (PrefillChunks::rows_first): whichever operand a sweep re-reads should
+// be the one that stays in L2. x-first re-reads every x tile once per weight row tile, rows-first every
+// weight tile once per x tile, so rows-first when the prepared x is the larger (E4B's down projection from
+// ~600 tokens) and always for the MoE's grouped launches, whose chunks each read only their expert's weights
+// (26B-A4B at 2048 tokens: 92 MB of prepared x for the experts' gate/up, 1.4 GB read from DRAM x-first;
+// docs/benchmarks.md, sixteenth pass). Grid y holds at most 65535 tiles. LMX_PREFILL_ROWS_FIRST=0|1 in the
+// environment forces an order (A/B runs).
+bool prefill_rows_first(const Problem& p, bool grouped, int64_t grid_x) {
+  static const int64_t forced = env_integer("LMX_PREFILL_ROWS_FIRST", -1, 0, 1);  // -1: unset
+  if (grid_x > 65535) return false;
+  if (forced >= 0) return forced == 1;
+  const int64_t x_bytes = static_cast<int64_t>(prefill_scratch_bytes(p));
+  const int64_t weight_bytes = p.n * p.row_words * 4;
+  return grouped || x_bytes > weight_bytes;
+}
+
 template <class F>
-void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& grouped, int64_t grid_x,
+void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& chunks, int64_t grid_x,
              cudaStream_t stream) {
   const int64_t units = p.m * p.chunks * 16;  // 16 bytes of xp each
   launch(prepare_x_kernel<F>, dim3(static_cast<unsigned>((units + 255) / 256)), 256, 0, stream, p.x,
          p.x_stride, p.k, p.chunks, xp, rows, units);
+  PrefillChunks grouped = chunks;
+  grouped.rows_first = prefill_rows_first(p, chunks.chunks != nullptr, grid_x);
   if (launch_prefill_wgmma(p, xp, grouped, grid_x, stream)) return;
   if (p.segments > 1)
     prefill_kernel<F, true>(p, xp, grouped, grid_x, stream);

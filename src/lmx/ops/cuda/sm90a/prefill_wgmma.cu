@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit>::kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int64_t row_tile = static_cast<int64_t>(blockIdx.y) * kTileN;
+  const int64_t row_tile = tile.row_tile;
   const uint32_t smem_base = smem_address(smem);
   if ((smem_base & 1023) != 0) __trap();  // the swizzled B blocks need 1024-byte alignment
   const int chunks = p.chunks;
