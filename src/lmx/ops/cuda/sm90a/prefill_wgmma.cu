@@ -28,13 +28,17 @@
 namespace lmx::cuda::linear {
 namespace {
 
-template <class F, bool kSplit>
+// kN: the x rows of a tile — kTileM (128), or 32 for the MoE's small chunks (launch_prefill_wgmma): fewer
+// columns per wgmma, the same per-column chain (an output's bits do not depend on N).
+template <class F, bool kSplit, int kN>
 struct WgmmaConfig {
+  static_assert(kN == 32 || kN == 128, "wgmma_m64nNk16 exists for N = 32 and 128");
+  static constexpr int kAcc = kN / 2;  // accumulators per thread: the warpgroup's 64 x kN f32
   static constexpr int kABytes = PrefillConfig<F>::kABytes;
-  static constexpr int kBBytes = kTileM * 256;
+  static constexpr int kBBytes = kN * 256;  // (a multiple of 1024: the swizzled halves stay aligned)
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kStages = 4;
-  static constexpr int kTotalBytes = kSplit ? 64 * 256 * 4 : 0;  // segment totals, as the mma.sync kernel's
+  static constexpr int kTotalBytes = kSplit ? kAcc * 256 * 4 : 0;  // segment totals, as the mma.sync kernel's
   static constexpr int kSmemBytes = kStages * kStageBytes + kTotalBytes + 2 * kStages * 8;  // + mbarriers
   static_assert(kSmemBytes <= 227 * 1024);
   static constexpr int kConsumers = 256;            // two warpgroups
@@ -43,10 +47,16 @@ struct WgmmaConfig {
 
 // The tensor maps of a launch (TMA): the weight's codes as bytes [rows of the whole stack][row bytes], box 64
 // bytes (one chunk of a row) x 128 rows; the prepared x as 2-byte units [rows][chunks * 128], box 64 units
-// (128 bytes: half a chunk) x 128 rows, 128-byte swizzled (wgmma's B layout). Elements past the arrays' ends
+// (128 bytes: half a chunk) x kN rows, 128-byte swizzled (wgmma's B layout). Elements past the arrays' ends
 // arrive as zeros.
 struct WgmmaMaps {
   CUtensorMap weight, x;
+};
+
+// Which chunks of a grouped launch a kernel of kN x rows takes: those of more than min_rows rows (and at most
+// kN). A plain launch takes every tile (min_rows 0, kN = kTileM).
+struct WgmmaRows {
+  int min_rows = 0;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -74,6 +84,24 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t 
         "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
       : "memory");
+}
+// The same for 32 x rows (wgmma m64n32k16): d[4 nt + i], nt < 4.
+__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+      : "memory");
+}
+template <int kN>
+__device__ __forceinline__ void wgmma_m64nNk16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc) {
+  if constexpr (kN == 128)
+    wgmma_m64n128k16(d, a, desc);
+  else
+    wgmma_m64n32k16(d, a, desc);
 }
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -142,17 +170,18 @@ __device__ __forceinline__ float scale_from_bits(uint32_t bits) {
     return __uint_as_float(bits);
 }
 
-template <class F, bool kSplit>
-__global__ void __launch_bounds__(WgmmaConfig<F, kSplit>::kThreads, 1)
+template <class F, bool kSplit, int kN>
+__global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
     prefill_wgmma_kernel(const Problem p, const uint32_t* xp, const PrefillChunks grouped,
-                         const __grid_constant__ WgmmaMaps maps) {
+                         const __grid_constant__ WgmmaMaps maps, const WgmmaRows take) {
 #if defined(LMX_HAS_WGMMA)
   wait_for_prior_kernels();
   allow_next_kernel();
   PrefillTile tile;
   if (!prefill_tile(p, grouped, tile)) return;
   const int64_t tok_tile = tile.tok_tile, m_end = tile.m_end, expert_row0 = tile.expert_row0;
-  using C = WgmmaConfig<F, kSplit>;
+  if (grouped.chunks != nullptr && (m_end - tok_tile <= take.min_rows || m_end - tok_tile > kN)) return;
+  using C = WgmmaConfig<F, kSplit, kN>;
   constexpr int kStages = C::kStages;
   constexpr int kSlots = F::kScaleSlots > 0 ? F::kScaleSlots : 1;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -185,7 +214,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit>::kThreads, 1)
         mbarrier_arrive_expect_tx(bar, C::kStageBytes);
         tma_load_2d(stage, &maps.weight, n * (kChunk / 2), weight_row, bar);
         tma_load_2d(stage + C::kABytes, &maps.x, n * kChunk, x_row, bar);
-        tma_load_2d(stage + C::kABytes + kTileM * 128, &maps.x, n * kChunk + 64, x_row, bar);
+        tma_load_2d(stage + C::kABytes + kN * 128, &maps.x, n * kChunk + 64, x_row, bar);
       }
     }
     return;
@@ -200,10 +229,10 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit>::kThreads, 1)
     row_ok[h] = rows[h] < p.n;
   }
 
-  float acc[64];
+  float acc[C::kAcc];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  float* total = reinterpret_cast<float*>(smem + kStages * C::kStageBytes) + tid;  // [64][256]
+  for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
+  float* total = reinterpret_cast<float*>(smem + kStages * C::kStageBytes) + tid;  // [kAcc][256]
 
   // Scales and biases of chunk j in buffer j % 2, loaded two chunks ahead (a chunk of asynchronous wgmmas
   // is much shorter than the mma.sync kernel's chunk, which hides the loads of one chunk ahead). They are
@@ -239,7 +268,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit>::kThreads, 1)
   // The finished segment's sums (acc, its wgmmas complete) added to the total, in segment order; acc zeroed.
   auto flush_segment = [&] {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < C::kAcc; ++i) {
       float* slot = total + i * 256;
       *slot = segment == 0 ? acc[i] : *slot + acc[i];
       acc[i] = 0.0f;
@@ -299,7 +328,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit>::kThreads, 1)
     // Step t: columns 16 t .. 16 t + 15 of the chunk, in block t / 4 at byte 32 (t % 4) of each row.
 #pragma unroll
     for (int t = 0; t < 8; ++t)
-      wgmma_m64n128k16(acc, a[kBuf][t], b_descriptor(b_addr + (t >> 2) * (kTileM * 128) + (t & 3) * 32));
+      wgmma_m64nNk16<kN>(acc, a[kBuf][t], b_descriptor(b_addr + (t >> 2) * (kN * 128) + (t & 3) * 32));
     wgmma_commit();
   };
 
@@ -316,7 +345,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit>::kThreads, 1)
 
   // Store: rows g / g + 8 of the warp's 16 (weight rows), columns 8 nt + 2 c + (i % 2) (x rows).
 #pragma unroll
-  for (int nt = 0; nt < 16; ++nt) {
+  for (int nt = 0; nt < kN / 8; ++nt) {
     const int64_t token = tok_tile + nt * 8 + 2 * c;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -360,14 +389,14 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-// A 2-D tensor map over [rows][row_bytes] of `base` (elements of elem_bytes), box box_elems x 128 rows.
+// A 2-D tensor map over [rows][row_bytes] of `base` (elements of elem_bytes), box box_elems x box_rows.
 bool encode_map(CUtensorMap& map, const void* base, int elem_bytes, int64_t row_bytes, int64_t rows,
-                int box_elems, bool swizzle_128b) {
+                int box_elems, int box_rows, bool swizzle_128b) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes / elem_bytes), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_elems), 128};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_elems), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult r =
       encode(&map, elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
@@ -377,22 +406,41 @@ bool encode_map(CUtensorMap& map, const void* base, int elem_bytes, int64_t row_
   return r == CUDA_SUCCESS;
 }
 
-// The launch's tensor maps, or false when TMA cannot describe the arrays (a driver without the entry point,
-// an address or a row length that is not a multiple of 16 bytes).
-bool make_maps(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, WgmmaMaps& maps) {
+// The launch's tensor maps for tiles of x_rows x rows, or false when TMA cannot describe the arrays (a driver
+// without the entry point, an address or a row length that is not a multiple of 16 bytes).
+bool make_maps(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int x_rows,
+               WgmmaMaps& maps) {
   const int64_t row_bytes = p.row_words * 4;
   const int64_t weight_rows = grouped.chunks != nullptr ? static_cast<int64_t>(grouped.experts) * p.n : p.n;
   if (row_bytes % 16 != 0 || weight_rows >= (int64_t{1} << 31) || p.m >= (int64_t{1} << 31)) return false;
-  return encode_map(maps.weight, p.weight, 1, row_bytes, weight_rows, kChunk / 2, false) &&
-         encode_map(maps.x, xp, 2, static_cast<int64_t>(p.chunks) * 256, p.m, 64, true);
+  return encode_map(maps.weight, p.weight, 1, row_bytes, weight_rows, kChunk / 2, kTileN, false) &&
+         encode_map(maps.x, xp, 2, static_cast<int64_t>(p.chunks) * 256, p.m, 64, x_rows, true);
 }
 
-template <class F, bool kSplit>
+template <class F, int kN>
 void launch_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
-                   const WgmmaMaps& maps, cudaStream_t stream) {
-  using C = WgmmaConfig<F, kSplit>;
-  launch_prefill_tiles(prefill_wgmma_kernel<F, kSplit>, C::kSmemBytes, C::kThreads, p, xp, grouped, grid_x,
-                       stream, maps);
+                   const WgmmaMaps& maps, WgmmaRows take, cudaStream_t stream) {
+  auto run = [&](auto split) {
+    constexpr bool kSplit = decltype(split)::value;
+    using C = WgmmaConfig<F, kSplit, kN>;
+    launch_prefill_tiles(prefill_wgmma_kernel<F, kSplit, kN>, C::kSmemBytes, C::kThreads, p, xp, grouped,
+                         grid_x, stream, maps, take);
+  };
+  if (p.segments > 1)
+    run(std::true_type{});
+  else
+    run(std::false_type{});
+}
+
+// Grouped launches give chunks of at most kSmallChunkRows rows (an expert's last, partly filled chunk, or a
+// rarely chosen expert's only one) a second kernel of 32-row tiles, a quarter of the tensor-core work of a
+// 128-row tile; the 128-row kernel skips them. 26B-A4B at 2048 tokens: ~128 pairs per expert, so about half
+// the experts end with a chunk of a few rows (docs/benchmarks.md, sixteenth pass). LMX_PREFILL_SMALL_CHUNKS=0
+// in the environment keeps every chunk on 128-row tiles (A/B runs).
+constexpr int kSmallChunkRows = 32;
+bool small_chunk_kernel_enabled() {
+  static const bool enabled = env_flag_on("LMX_PREFILL_SMALL_CHUNKS");
+  return enabled;
 }
 
 }  // namespace
@@ -402,14 +450,15 @@ bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChu
   // 4-bit codes with 16-byte aligned rows only (the checkpoints' format): the other formats keep the mma.sync
   // kernel (instantiated for every format, this file grew the xz-compressed device bundle from 7 to 17 MB).
   if (p.format != WeightFormat::kQ4 || !wgmma_enabled() || !device_is_sm90()) return false;
-  WgmmaMaps maps;
-  if (!make_maps(p, xp, grouped, maps)) return false;
+  const bool small = grouped.chunks != nullptr && small_chunk_kernel_enabled();
+  WgmmaMaps maps, small_maps;
+  if (!make_maps(p, xp, grouped, kTileM, maps) ||
+      (small && !make_maps(p, xp, grouped, kSmallChunkRows, small_maps)))
+    return false;
   with_q4_format(p, [&](auto f) {
     using F = decltype(f);
-    if (p.segments > 1)
-      launch_kernel<F, true>(p, xp, grouped, grid_x, maps, stream);
-    else
-      launch_kernel<F, false>(p, xp, grouped, grid_x, maps, stream);
+    launch_kernel<F, kTileM>(p, xp, grouped, grid_x, maps, WgmmaRows{small ? kSmallChunkRows : 0}, stream);
+    if (small) launch_kernel<F, kSmallChunkRows>(p, xp, grouped, grid_x, small_maps, WgmmaRows{0}, stream);
   });
   return true;
 }
