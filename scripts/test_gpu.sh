@@ -4,7 +4,8 @@
 # projection and MoE expert tests again with each plan of the batch-1 4-bit kernel forced (ring depth LMX_Q4_STAGES,
 # rows per warp LMX_Q4_TILES, blocks per row tile LMX_Q4_SPLIT, then lanes per row of the scale-window copy
 # LMX_Q4_WINDOW_LANES), since a run picks one plan per shape; then the projections, MoE and models with the
-# mma.sync prefill kernel instead of the wgmma one (LMX_PREFILL_WGMMA=0; sm_90 picks wgmma for 4-bit weights).
+# mma.sync prefill kernel instead of the wgmma one (LMX_PREFILL_WGMMA=0; sm_90 picks wgmma for 4-bit weights), and
+# with the prefill grid order and the small-chunk kernel of the grouped prefill forced.
 # Optionally under compute-sanitizer memcheck.
 # Usage: scripts/test_gpu.sh [--memcheck] [gtest args...]   (gtest args: the first pass only)
 # On the GPU machine with a bundle from scripts/device_bundle.sh: scripts/device_run.sh scripts/test_gpu.sh
@@ -44,4 +45,12 @@ done
 # The 4-bit prefill on the mma.sync kernel (the wgmma kernel is the default on sm_90; both give the same bits).
 echo "== prefill with LMX_PREFILL_WGMMA=0"
 LMX_PREFILL_WGMMA=0 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
+  --gtest_brief=1
+# Every prefill launch in the rows-first grid order (the default takes it for the MoE's grouped launches and
+# for projections whose prepared x outweighs the weight), and the grouped prefill with every chunk on 128-row
+# tiles (the default gives chunks of at most 32 rows a 32-row-tile kernel). Same bits either way.
+echo "== prefill with LMX_PREFILL_ROWS_FIRST=1, then the grouped prefill with LMX_PREFILL_SMALL_CHUNKS=0"
+LMX_PREFILL_ROWS_FIRST=1 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
+  --gtest_brief=1
+LMX_PREFILL_SMALL_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' \
   --gtest_brief=1
