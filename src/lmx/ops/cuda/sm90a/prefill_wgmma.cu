@@ -18,6 +18,9 @@
 // releases a stage on its `empty` mbarrier once its wgmmas that read it are done (two chunks later). No
 // block-wide barrier per chunk: a warp waits only for the data it reads (ncu, before TMA: 17 % of the stall
 // samples at the per-chunk __syncthreads, and each thread's share of 2560 16-byte copies per chunk).
+// A second instance has 32 x rows per tile (m64n32k16) for the MoE's grouped launches: it takes their chunks of
+// at most 32 rows, which the 128-row instance then skips (launch_prefill_wgmma).
+// Block-to-tile mapping (x-first or rows-first grid): prefill_tile, linear_tiles.cuh.
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
