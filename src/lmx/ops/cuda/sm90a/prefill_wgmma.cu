@@ -409,6 +409,11 @@ bool encode_map(CUtensorMap& map, const void* base, int elem_bytes, int64_t row_
   return r == CUDA_SUCCESS;
 }
 
+// The prepared x's map, boxes of x_rows rows (half a chunk of columns each).
+bool encode_x_map(const Problem& p, const uint32_t* xp, int x_rows, CUtensorMap& map) {
+  return encode_map(map, xp, 2, static_cast<int64_t>(p.chunks) * 256, p.m, 64, x_rows, true);
+}
+
 // The launch's tensor maps for tiles of x_rows x rows, or false when TMA cannot describe the arrays (a driver
 // without the entry point, an address or a row length that is not a multiple of 16 bytes).
 bool make_maps(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int x_rows,
@@ -417,7 +422,7 @@ bool make_maps(const Problem& p, const uint32_t* xp, const PrefillChunks& groupe
   const int64_t weight_rows = grouped.chunks != nullptr ? static_cast<int64_t>(grouped.experts) * p.n : p.n;
   if (row_bytes % 16 != 0 || weight_rows >= (int64_t{1} << 31) || p.m >= (int64_t{1} << 31)) return false;
   return encode_map(maps.weight, p.weight, 1, row_bytes, weight_rows, kChunk / 2, kTileN, false) &&
-         encode_map(maps.x, xp, 2, static_cast<int64_t>(p.chunks) * 256, p.m, 64, x_rows, true);
+         encode_x_map(p, xp, x_rows, maps.x);
 }
 
 template <class F, int kN>
@@ -455,9 +460,11 @@ bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChu
   if (p.format != WeightFormat::kQ4 || !wgmma_enabled() || !device_is_sm90()) return false;
   const bool small = grouped.chunks != nullptr && small_chunk_kernel_enabled();
   WgmmaMaps maps, small_maps;
-  if (!make_maps(p, xp, grouped, kTileM, maps) ||
-      (small && !make_maps(p, xp, grouped, kSmallChunkRows, small_maps)))
-    return false;
+  if (!make_maps(p, xp, grouped, kTileM, maps)) return false;
+  if (small) {  // the same weight map; only the x boxes are shorter
+    small_maps.weight = maps.weight;
+    if (!encode_x_map(p, xp, kSmallChunkRows, small_maps.x)) return false;
+  }
   with_q4_format(p, [&](auto f) {
     using F = decltype(f);
     launch_kernel<F, kTileM>(p, xp, grouped, grid_x, maps, WgmmaRows{small ? kSmallChunkRows : 0}, stream);
