@@ -172,7 +172,8 @@ __global__ void combine_norms_kernel(const moe::CombineParams p, const MoeOutput
 // threads sum their squares in the schedule's order; the other threads add zeros to the block sum, which leaves
 // its bits unchanged (their warps' sums are +0, as the lanes past the schedule's warps are in rms_norm).
 template <typename V>
-__global__ void combine_norms_row_kernel(const moe::CombineParams p, const MoeOutputNorms norms, int schedule) {
+__device__ __forceinline__ void combine_norms_row(const moe::CombineParams& p, const MoeOutputNorms& norms,
+                                                  int schedule) {
   const int n = static_cast<int>(p.hidden / (sizeof(V) / sizeof(float)));
   const int c = threadIdx.x;
   const bool mine = c < n;
@@ -228,13 +229,27 @@ __global__ void combine_norms_row_kernel(const moe::CombineParams p, const MoeOu
 }
 
 template <typename V>
+__global__ void combine_norms_row_kernel(const moe::CombineParams p, const MoeOutputNorms norms,
+                                         int schedule) {
+  combine_norms_row<V>(p, norms, schedule);
+}
+// The same with at most 40 registers per thread, so that two blocks of up to 768 threads are resident per SM
+// (a block of 704 threads at 52 registers kept one row in flight per SM).
+template <typename V>
+__global__ void __maxnreg__(40)
+    combine_norms_row_capped_kernel(const moe::CombineParams p, const MoeOutputNorms norms, int schedule) {
+  combine_norms_row<V>(p, norms, schedule);
+}
+
+template <typename V>
 void launch_combine_norms(const moe::CombineParams& p, const MoeOutputNorms& norms, cudaStream_t stream) {
   const int n = static_cast<int>(p.hidden / (sizeof(V) / sizeof(float)));
   const detail::RowNormLaunch l = detail::row_norm_launch(p.tokens, static_cast<int>(p.hidden), n);
   if (l.block && n <= 1024) {
     const int threads = std::max(l.threads, (n + 31) / 32 * 32);
-    launch(combine_norms_row_kernel<V>, l.grid, threads, 2 * sizeof(V) * static_cast<size_t>(n), stream, p, norms,
-           l.threads);
+    static const bool capped = env_integer("LMX_COMBINE_CAPPED", 1, 0, 1) == 1;
+    launch(capped ? combine_norms_row_capped_kernel<V> : combine_norms_row_kernel<V>, l.grid, threads,
+           2 * sizeof(V) * static_cast<size_t>(n), stream, p, norms, l.threads);
     return;
   }
   launch(l.block ? combine_norms_kernel<V, true> : combine_norms_kernel<V, false>, l.grid, l.threads, 0, stream, p,
