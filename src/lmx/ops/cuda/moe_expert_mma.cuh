@@ -27,8 +27,15 @@ constexpr int kMaxExpertSegments = 8;
 
 // Segments of K for a projection of n_out rows over k columns (moe_experts.cu): ~512 warps per (pair,
 // projection) — 8 pairs of a decode step then run ~4096 warps, as the dense 4-bit decode does — at least
-// two chunks each, at most kMaxExpertSegments. A function of the weights only (never of the tokens).
-// LMX_MOE_TARGET_WARPS in the environment replaces the 512 (A/B runs; other segments, other bits).
+// kExpertSegmentMinChunks chunks each, at most kExpertSegmentsMost. A function of the weights only (never of
+// the tokens). Fewer, longer segments cost the decode GEMVs parallelism and save the prefill GEMM a drain of
+// its wgmma pipeline per segment; the two limits are measured on 26B-A4B (docs/benchmarks.md, seventeenth
+// pass: down 704 → 2816 in 2 segments instead of 3, gate/up 2816 → 1408 in 3 instead of 6: decode +2 %,
+// prefill +2 %). LMX_MOE_TARGET_WARPS in the environment replaces the 512, and LMX_MOE_SEGMENTS="NxK=S,…"
+// sets the segments of [N, K] expert matrices (A/B runs; other segments, other bits, the same in every
+// kernel).
+constexpr int kExpertSegmentMinChunks = 3;
+constexpr int kExpertSegmentsMost = 3;
 int expert_segments(int64_t n_out, int64_t k);
 
 // Pairs per chunk of expert_mma_kernel (one mma column tile).
