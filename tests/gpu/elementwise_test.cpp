@@ -305,6 +305,59 @@ TEST_F(CudaElementwise, AttentionInputsMatchCpu) {
       }
 }
 
+// attention_inputs with runs of several heads per warp (prefill's schedule; runs that cross from one job to
+// the next, skip a job without heads, or hold every head) against one head per warp (decode's): the same bits
+// in x and in the caches.
+TEST_F(CudaElementwise, AttentionInputsSameBitsForAnyHeadsPerWarp) {
+  const float eps = 1e-6f;
+  for (int head_dim : {256, 512})
+    for (bool empty_job : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " empty job " << empty_job);
+      const int heads = 4, kv_heads = 2, capacity = 16;
+      const int64_t tokens = 7, qw = int64_t{heads} * head_dim, kvw = int64_t{kv_heads} * head_dim;
+      const int64_t stride = qw + 2 * kvw;
+      const std::vector<float> x = test::random_floats(static_cast<size_t>(tokens * stride), -3.0f, 3.0f);
+      const std::vector<float> q_w = test::random_floats(static_cast<size_t>(head_dim), 0.5f, 1.5f);
+      const std::vector<float> k_w = test::random_floats(static_cast<size_t>(head_dim), 0.5f, 1.5f);
+      const std::vector<float> inv_freq = ops::rope_inv_freq(head_dim, 10000.0, head_dim / 4);
+      std::vector<int32_t> pos(static_cast<size_t>(tokens)), seq(static_cast<size_t>(tokens), 0);
+      for (int64_t t = 0; t < tokens; ++t)
+        pos[static_cast<size_t>(t)] = static_cast<int32_t>(100 + 3 * t) % capacity;
+      std::vector<float> first_x;
+      std::vector<std::vector<uint16_t>> first_caches;
+      for (int run : {1, 2, 3, 5, 8, 100}) {
+        SCOPED_TRACE(::testing::Message() << run << " heads per warp");
+        cuda::DeviceBuffer dx = up(x), dqw = up(q_w), dkw = up(k_w), dfreq = up(inv_freq), dpos = up(pos),
+                           dseq = up(seq);
+        const std::vector<uint16_t> empty(static_cast<size_t>(capacity * kvw), 0);
+        cuda::DeviceBuffer k_cache = up(empty), v_cache = up(empty);
+        const std::vector<uint16_t*> k_ptrs = {k_cache.as<uint16_t>()}, v_ptrs = {v_cache.as<uint16_t>()};
+        cuda::DeviceBuffer dk_table = up(k_ptrs), dv_table = up(v_ptrs);
+        float* base = dx.as<float>();
+        const cuda::HeadNormJob q = {base, stride, heads, dqw.as<float>(), true, nullptr};
+        const cuda::HeadNormJob k = {base + qw,       stride, kv_heads,
+                                     dkw.as<float>(), true,   dk_table.as<uint16_t*>()};
+        const cuda::HeadNormJob v = {base + qw + kvw, stride, kv_heads,
+                                     nullptr,         false,  dv_table.as<uint16_t*>()};
+        const cuda::HeadNormJob none = {base + qw + kvw, stride, 0, nullptr, false, nullptr};
+        const cuda::HeadNormJob jobs[3] = {q, empty_job ? none : k, empty_job ? k : v};
+        cuda::attention_inputs(jobs, 3, tokens, head_dim, eps, dpos.as<int32_t>(), dseq.as<int32_t>(),
+                               dfreq.as<float>(), stream(), run);
+        const std::vector<float> got = down<float>(dx, x.size());
+        const std::vector<std::vector<uint16_t>> caches = {down<uint16_t>(k_cache, empty.size()),
+                                                           down<uint16_t>(v_cache, empty.size())};
+        if (run == 1) {
+          first_x = got;
+          first_caches = caches;
+          continue;
+        }
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(bits(got[i]), bits(first_x[i])) << "x element " << i;
+        for (size_t c = 0; c < caches.size(); ++c) ASSERT_EQ(caches[c], first_caches[c]) << "cache " << c;
+      }
+    }
+}
+
 // RoPE against ops::apply_rope on [T, H, D] head views inside wider token rows (fused-QKV layout):
 // rotated values within 2e-6 (|a| + |b|) for positions < 8192; pairs with inv_freq 0, the other heads
 // of the row and all padding are bit-unchanged.

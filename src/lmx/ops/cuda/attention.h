@@ -62,8 +62,11 @@ constexpr int kMaxHeadNormJobs = 3;
 // each job, x ← rms_norm(x)·weight (Σx² in f32), then rope when asked, then either written back in place
 // or appended to the job's cache in bf16. Rounds like rms_norm, rope and kv_append run in that order.
 // A job that writes back must not overlap another job's x (jobs may share x when none writes it back).
-// head_dim even, ≤ 512; at most kMaxHeadNormJobs jobs.
+// head_dim even, ≤ 512; at most kMaxHeadNormJobs jobs. heads_per_warp: how many consecutive heads of a token
+// one warp norms in turn (0: chosen from the call's size; the same results for any value, tests force
+// several).
 void attention_inputs(const HeadNormJob* jobs, int job_count, int64_t tokens, int head_dim, float eps,
-                      const int32_t* positions, const int32_t* q_seq, const float* inv_freq, cudaStream_t stream);
+                      const int32_t* positions, const int32_t* q_seq, const float* inv_freq,
+                      cudaStream_t stream, int heads_per_warp = 0);
 
 }  // namespace lmx::cuda

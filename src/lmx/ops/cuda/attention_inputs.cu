@@ -5,6 +5,7 @@
 // of the f32 sum of squares differs (one warp per head here).
 #include "lmx/core/error.h"
 #include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
@@ -26,78 +27,117 @@ struct Jobs {
   int total_heads = 0;
 };
 
-// One warp per (token, head of some job): lane owns pairs (i, i + half) for i = lane + 32 j. Everything
-// that does not depend on q, k or v — the position, the cache row, the norm weights and the RoPE
-// angles' sines and cosines — is read and computed before waiting for the projection that writes them
-// (step inputs and weights: launch.cuh), so only the norm and the stores follow the wait.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    attention_inputs_kernel(const Jobs jobs, int64_t tokens, int head_dim, float eps, const int32_t* positions,
-                            const int32_t* q_seq, const float* inv_freq) {
-  const int lane = threadIdx.x & 31;
-  const int64_t t = blockIdx.x;
-  int head = static_cast<int>(blockIdx.y) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (t >= tokens || head >= jobs.total_heads) {
-    wait_for_prior_kernels();
-    return;
-  }
-  int j = 0;
-  while (head >= jobs.job[j].heads) head -= jobs.job[j++].heads;
-  const HeadNormJob& job = jobs.job[j];
-  const int half = head_dim / 2;
-  const float pos = static_cast<float>(positions[t]);
-  uint16_t* cache = nullptr;
-  if (job.store != nullptr)
-    cache = job.store[q_seq[t]] + (static_cast<int64_t>(positions[t]) * job.heads + head) * head_dim;
-  float w0[kMaxPairsPerLane], w1[kMaxPairsPerLane], sn[kMaxPairsPerLane], cs[kMaxPairsPerLane];
-  bool rotate[kMaxPairsPerLane];
+// Weights of a job for the lane's pairs (i, i + half), i = lane + 32 p; 1 without a weight.
+__device__ __forceinline__ void load_head_weights(const HeadNormJob& job, int lane, int half,
+                                                  float (&w0)[kMaxPairsPerLane],
+                                                  float (&w1)[kMaxPairsPerLane]) {
 #pragma unroll
   for (int p = 0; p < kMaxPairsPerLane; ++p) {
     const int i = lane + 32 * p;
     w0[p] = w1[p] = 1.0f;
-    sn[p] = 0.0f, cs[p] = 1.0f;
-    rotate[p] = false;
-    if (i >= half) continue;
-    if (job.weight != nullptr) w0[p] = job.weight[i], w1[p] = job.weight[i + half];
-    const float freq = job.rope ? inv_freq[i] : 0.0f;
-    rotate[p] = freq != 0.0f;  // rope's rotation; pairs with inv_freq 0 stay as they are
-    if (rotate[p]) sincosf(__fmul_rn(pos, freq), &sn[p], &cs[p]);
+    if (i < half && job.weight != nullptr) w0[p] = job.weight[i], w1[p] = job.weight[i + half];
   }
+}
+
+// One warp per token and run of `heads_per_warp` consecutive heads (over the jobs in order); lane owns pairs
+// (i, i + half) for i = lane + 32 j. Each head is normed by one warp, the same sum in the same order whatever
+// the run length; the RoPE angles' sines and cosines are the token's, computed once per warp for its heads.
+// Everything that does not depend on q, k or v — the position, the norm weights of the run's first job and
+// the sines and cosines — is read and computed before waiting for the projection that writes them (step
+// inputs and weights: launch.cuh), so in decode (runs of one head) only the norm and the stores follow the
+// wait.
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    attention_inputs_kernel(const Jobs jobs, int64_t tokens, int head_dim, float eps,
+                            const int32_t* positions, const int32_t* q_seq, const float* inv_freq,
+                            int heads_per_warp) {
+  const int lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.x;
+  const int first = (static_cast<int>(blockIdx.y) * kWarpsPerBlock + (threadIdx.x >> 5)) * heads_per_warp;
+  if (t >= tokens || first >= jobs.total_heads) {
+    wait_for_prior_kernels();
+    return;
+  }
+  const int count = min(heads_per_warp, jobs.total_heads - first);
+  int j = 0, head = first;  // head: the run's first head within job j
+  while (head >= jobs.job[j].heads) head -= jobs.job[j++].heads;
+  bool rope = false;  // whether a job of the run rotates
+  for (int jj = j, left = count + head; jj < jobs.count && left > 0; left -= jobs.job[jj++].heads)
+    rope = rope || jobs.job[jj].rope;
+  const int half = head_dim / 2;
+  const float pos = static_cast<float>(positions[t]);
+  float sn[kMaxPairsPerLane], cs[kMaxPairsPerLane];
+  bool rotates[kMaxPairsPerLane];  // rope's rotation; pairs with inv_freq 0 stay as they are
+#pragma unroll
+  for (int p = 0; p < kMaxPairsPerLane; ++p) {
+    const int i = lane + 32 * p;
+    sn[p] = 0.0f, cs[p] = 1.0f;
+    rotates[p] = false;
+    if (i >= half || !rope) continue;
+    const float freq = inv_freq[i];
+    rotates[p] = freq != 0.0f;
+    if (rotates[p]) sincosf(__fmul_rn(pos, freq), &sn[p], &cs[p]);
+  }
+  float w0[kMaxPairsPerLane], w1[kMaxPairsPerLane];
+  load_head_weights(jobs.job[j], lane, half, w0, w1);
 
   wait_for_prior_kernels();
   allow_next_kernel();
-  const float* xr = job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim;
-  float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
-  float ss = 0.0f;
+  for (int n = 0; n < count; ++n, ++head) {
+    if (head == jobs.job[j].heads) {  // the run continues in the next job with heads
+      do ++j;
+      while (jobs.job[j].heads == 0);
+      head = 0;
+      load_head_weights(jobs.job[j], lane, half, w0, w1);
+    }
+    const HeadNormJob& job = jobs.job[j];
+    uint16_t* cache = nullptr;
+    if (job.store != nullptr)
+      cache = job.store[q_seq[t]] + (static_cast<int64_t>(positions[t]) * job.heads + head) * head_dim;
+    float* xr = job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim;
+    float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
+    float ss = 0.0f;
 #pragma unroll
-  for (int p = 0; p < kMaxPairsPerLane; ++p) {
-    const int i = lane + 32 * p;
-    a[p] = i < half ? xr[i] : 0.0f;
-    b[p] = i < half ? xr[i + half] : 0.0f;
-    ss = fmaf(b[p], b[p], fmaf(a[p], a[p], ss));
-  }
-  const float inv = detail::inv_rms(detail::warp_sum(ss), static_cast<float>(head_dim), eps);
-  float* out = job.store == nullptr ? job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim : nullptr;
+    for (int p = 0; p < kMaxPairsPerLane; ++p) {
+      const int i = lane + 32 * p;
+      a[p] = i < half ? xr[i] : 0.0f;
+      b[p] = i < half ? xr[i + half] : 0.0f;
+      ss = fmaf(b[p], b[p], fmaf(a[p], a[p], ss));
+    }
+    const float inv = detail::inv_rms(detail::warp_sum(ss), static_cast<float>(head_dim), eps);
 #pragma unroll
-  for (int p = 0; p < kMaxPairsPerLane; ++p) {
-    const int i = lane + 32 * p;
-    if (i >= half) break;
-    float x0 = __fmul_rn(a[p], inv), x1 = __fmul_rn(b[p], inv);
-    if (job.weight != nullptr) x0 = __fmul_rn(x0, w0[p]), x1 = __fmul_rn(x1, w1[p]);
-    if (rotate[p]) detail::rotate_pair(x0, x1, sn[p], cs[p]);
-    if (cache != nullptr) {
-      cache[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x0));
-      cache[i + half] = __bfloat16_as_ushort(__float2bfloat16_rn(x1));
-    } else {
-      out[i] = x0;
-      out[i + half] = x1;
+    for (int p = 0; p < kMaxPairsPerLane; ++p) {
+      const int i = lane + 32 * p;
+      if (i >= half) break;
+      float x0 = __fmul_rn(a[p], inv), x1 = __fmul_rn(b[p], inv);
+      if (job.weight != nullptr) x0 = __fmul_rn(x0, w0[p]), x1 = __fmul_rn(x1, w1[p]);
+      if (job.rope && rotates[p]) detail::rotate_pair(x0, x1, sn[p], cs[p]);
+      if (cache != nullptr) {
+        cache[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x0));
+        cache[i + half] = __bfloat16_as_ushort(__float2bfloat16_rn(x1));
+      } else {
+        xr[i] = x0;
+        xr[i + half] = x1;
+      }
     }
   }
+}
+
+// Heads per warp of a call: 1 while the call has fewer than kInputsTargetWarps (token, head) pairs (decode:
+// a warp per head keeps every head's latency one norm), else runs that leave ~kInputsTargetWarps warps (~62
+// per SM of an H200), at most a block's share of a token's heads. In prefill every warp of a token computed
+// the same sines and cosines: ~40 % of the kernel's instructions at 32 heads per token.
+constexpr int64_t kInputsTargetWarps = 8192;
+int inputs_heads_per_warp(int64_t tokens, int total_heads) {
+  const int64_t most = (total_heads + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<int>(
+      std::clamp<int64_t>(tokens * total_heads / kInputsTargetWarps, 1, std::max<int64_t>(most, 1)));
 }
 
 }  // namespace
 
 void attention_inputs(const HeadNormJob* jobs, int job_count, int64_t tokens, int head_dim, float eps,
-                      const int32_t* positions, const int32_t* q_seq, const float* inv_freq, cudaStream_t stream) {
+                      const int32_t* positions, const int32_t* q_seq, const float* inv_freq,
+                      cudaStream_t stream, int heads_per_warp) {
   LMX_REQUIRE(InvalidArgument, job_count >= 0 && job_count <= kMaxHeadNormJobs,
               "attention_inputs: {} jobs (at most {})", job_count, kMaxHeadNormJobs);
   LMX_REQUIRE(InvalidArgument, head_dim > 0 && head_dim % 2 == 0 && head_dim <= 64 * kMaxPairsPerLane,
@@ -110,10 +150,17 @@ void attention_inputs(const HeadNormJob* jobs, int job_count, int64_t tokens, in
   }
   if (tokens <= 0 || all.total_heads == 0) return;
   LMX_REQUIRE(InvalidArgument, tokens <= 0x7fffffff, "attention_inputs: {} tokens", tokens);
+  LMX_REQUIRE(InvalidArgument, heads_per_warp >= 0, "attention_inputs: {} heads per warp", heads_per_warp);
+  // LMX_ATTN_INPUTS_HEADS_PER_WARP=N replaces the automatic choice (A/B runs; the same results).
+  static const int forced = static_cast<int>(env_integer("LMX_ATTN_INPUTS_HEADS_PER_WARP", 0, 1, 1 << 16));
+  if (heads_per_warp == 0) heads_per_warp = forced;
+  const int run = heads_per_warp > 0 ? std::min(heads_per_warp, all.total_heads)
+                                     : inputs_heads_per_warp(tokens, all.total_heads);
+  const int warps = (all.total_heads + run - 1) / run;
   const dim3 grid(static_cast<unsigned>(tokens),
-                  static_cast<unsigned>((all.total_heads + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  launch(attention_inputs_kernel, grid, kWarpsPerBlock * 32, 0, stream, all, tokens, head_dim, eps, positions, q_seq,
-         inv_freq);
+                  static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  launch(attention_inputs_kernel, grid, kWarpsPerBlock * 32, 0, stream, all, tokens, head_dim, eps, positions,
+         q_seq, inv_freq, run);
 }
 
 }  // namespace lmx::cuda
