@@ -1,8 +1,8 @@
 // Tiled flash attention for many query tokens per sequence. A one-block kernel cuts the tokens into
 // tiles (runs of one sequence, at most tokens_per_item long, also cut at multiples of it); a
 // persistent kernel then takes (tile, kv head, head block) items from an atomic counter, most
-// expensive (latest) tiles first, and walks each item's keys in 64-key tiles, folding 256-key chunk
-// states in registers. Numerics: attention_kernels.cuh (identical to the split-KV path).
+// expensive (latest) tiles first, and walks each item's keys in 64-key tiles, folding each tile's chunk
+// state (kChunkKeys = 64) into the running state in registers. Numerics: attention_kernels.cuh (identical to the split-KV path).
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
