@@ -671,5 +671,26 @@ TEST(CudaKnobs, SegmentOverridesParseOrReject) {
   }
 }
 
+// The lookup shared by LMX_Q4_SEGMENTS and LMX_MOE_SEGMENTS: a listed shape's segments, 0 for others, and an
+// error naming the knob for more segments than the weight allows (no GPU needed).
+TEST(CudaKnobs, SegmentOverrideLooksUpOrRejects) {
+  const auto list = cuda::parse_segment_overrides("2816x704=2,1408x2816=8", "LMX_MOE_SEGMENTS");
+  EXPECT_EQ(cuda::segment_override(list, "LMX_MOE_SEGMENTS", 2816, 704, 6), 2);
+  EXPECT_EQ(cuda::segment_override(list, "LMX_MOE_SEGMENTS", 704, 2816, 6), 0);
+  EXPECT_EQ(cuda::segment_override({}, "LMX_MOE_SEGMENTS", 2816, 704, 6), 0);
+  try {
+    (void)cuda::segment_override(list, "LMX_MOE_SEGMENTS", 1408, 2816, 6);
+    ADD_FAILURE() << "accepted 8 segments where 6 are the most";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("LMX_MOE_SEGMENTS"), std::string::npos) << e.what();
+  }
+  try {
+    (void)cuda::parse_segment_overrides("2816x704", "LMX_MOE_SEGMENTS");
+    ADD_FAILURE() << "accepted '2816x704'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("LMX_MOE_SEGMENTS"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace lmx

@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int jj = j, left = count + head; jj < jobs.count && left > 0; left -= jobs.job[jj++].heads)
     rope = rope || jobs.job[jj].rope;
   const int half = head_dim / 2;
-  const float pos = static_cast<float>(positions[t]);
+  const int32_t position = positions[t];
+  const float pos = static_cast<float>(position);
   float sn[kMaxPairsPerLane], cs[kMaxPairsPerLane];
   bool rotates[kMaxPairsPerLane];  // rope's rotation; pairs with inv_freq 0 stay as they are
 #pragma unroll
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const HeadNormJob& job = jobs.job[j];
     uint16_t* cache = nullptr;
     if (job.store != nullptr)
-      cache = job.store[q_seq[t]] + (static_cast<int64_t>(positions[t]) * job.heads + head) * head_dim;
+      cache = job.store[q_seq[t]] + (static_cast<int64_t>(position) * job.heads + head) * head_dim;
     float* xr = job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim;
     float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
     float ss = 0.0f;

@@ -51,13 +51,21 @@ constexpr float kSmallScaleLimit = 0x1p-5f;
 
 // A per-shape choice of K segments for 4-bit projections (linear_tiles.cuh), for A/B runs: the environment
 // variable LMX_Q4_SEGMENTS="NxK=S[,NxK=S...]" gives every [N, K] 4-bit weight S segments (1..16, at most its
-// 128-column chunks). Other segments give other bits, the same in every kernel of a run.
+// 128-column chunks). Other segments give other bits, the same in every kernel of a run. LMX_MOE_SEGMENTS
+// does the same for expert matrices (moe_experts.cu expert_segments).
 struct SegmentOverride {
   int64_t n = 0, k = 0;
   int segments = 0;
 };
-// Parses such a list (empty: none); InvalidArgument naming the malformed entry.
-std::vector<SegmentOverride> parse_segment_overrides(std::string_view text);
+// Parses such a list (empty: none); InvalidArgument naming the knob and the malformed entry.
+std::vector<SegmentOverride> parse_segment_overrides(std::string_view text,
+                                                     std::string_view knob = "LMX_Q4_SEGMENTS");
+// The list in environment variable `knob` (unset: none), parsed as above.
+std::vector<SegmentOverride> segment_overrides_from_env(const char* knob);
+// The segments `overrides` sets for an [n, k] weight, or 0 when it names no such shape; InvalidArgument
+// naming the knob when they exceed `most` (the weight's chunks, or what its kernels hold).
+int segment_override(const std::vector<SegmentOverride>& overrides, std::string_view knob, int64_t n,
+                     int64_t k, int64_t most);
 
 // out = x · Wᵀ for a dense weight (batch must be 1).
 void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out, int64_t out_stride,

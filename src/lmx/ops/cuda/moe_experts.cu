@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 namespace lmx::cuda {
 namespace {
@@ -252,17 +251,10 @@ namespace moe {
 
 int expert_segments(int64_t n_out, int64_t k) {
   const int64_t chunks = (k + linear::kChunk - 1) / linear::kChunk;
-  static const std::vector<SegmentOverride> overrides = [] {
-    const char* v = std::getenv("LMX_MOE_SEGMENTS");
-    return parse_segment_overrides(v != nullptr ? v : "");
-  }();
-  for (const SegmentOverride& o : overrides) {
-    if (o.n != n_out || o.k != k) continue;
-    LMX_REQUIRE(InvalidArgument, o.segments <= std::min<int64_t>(chunks, kMaxExpertSegments),
-                "LMX_MOE_SEGMENTS: {}x{} has {} chunks, too few for {} segments (at most {})", n_out, k,
-                chunks, o.segments, kMaxExpertSegments);
-    return o.segments;
-  }
+  static const std::vector<SegmentOverride> overrides = segment_overrides_from_env("LMX_MOE_SEGMENTS");
+  const int forced = segment_override(overrides, "LMX_MOE_SEGMENTS", n_out, k,
+                                      std::min<int64_t>(chunks, kMaxExpertSegments));
+  if (forced > 0) return forced;
   const int64_t tiles = (n_out + 15) / 16;
   int64_t s = (target_warps() + tiles / 2) / tiles;
   s = std::min(s, chunks / kExpertSegmentMinChunks);

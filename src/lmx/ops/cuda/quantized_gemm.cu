@@ -33,13 +33,13 @@ bool prefill_rows_first(const Problem& p, bool grouped, int64_t grid_x) {
 }
 
 template <class F>
-void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& chunks, int64_t grid_x,
-             cudaStream_t stream) {
+void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& chunk_table,
+             int64_t grid_x, cudaStream_t stream) {
   const int64_t units = p.m * p.chunks * 16;  // 16 bytes of xp each
   launch(prepare_x_kernel<F>, dim3(static_cast<unsigned>((units + 255) / 256)), 256, 0, stream, p.x,
          p.x_stride, p.k, p.chunks, xp, rows, units);
-  PrefillChunks grouped = chunks;
-  grouped.rows_first = prefill_rows_first(p, chunks.chunks != nullptr, grid_x);
+  PrefillChunks grouped = chunk_table;  // with the grid order decided here
+  grouped.rows_first = prefill_rows_first(p, chunk_table.chunks != nullptr, grid_x);
   if (launch_prefill_wgmma(p, xp, grouped, grid_x, stream)) return;
   if (p.segments > 1)
     prefill_kernel<F, true>(p, xp, grouped, grid_x, stream);

@@ -17,7 +17,7 @@
 
 namespace lmx::cuda {
 
-std::vector<SegmentOverride> parse_segment_overrides(std::string_view text) {
+std::vector<SegmentOverride> parse_segment_overrides(std::string_view text, std::string_view knob) {
   std::vector<SegmentOverride> out;
   while (!text.empty()) {
     const size_t comma = text.find(',');
@@ -34,12 +34,29 @@ std::vector<SegmentOverride> parse_segment_overrides(std::string_view text) {
     };
     int64_t segments = 0;
     const bool ok = number(o.n, 'x') && number(o.k, '=') && number(segments, '\0');
-    LMX_REQUIRE(InvalidArgument, ok && o.n > 0 && o.k > 0 && segments >= 1 && segments <= linear::kMaxSegments,
-                "LMX_Q4_SEGMENTS: '{}' is not NxK=S with S in [1, {}]", entry, linear::kMaxSegments);
+    LMX_REQUIRE(InvalidArgument,
+                ok && o.n > 0 && o.k > 0 && segments >= 1 && segments <= linear::kMaxSegments,
+                "{}: '{}' is not NxK=S with S in [1, {}]", knob, entry, linear::kMaxSegments);
     o.segments = static_cast<int>(segments);
     out.push_back(o);
   }
   return out;
+}
+
+std::vector<SegmentOverride> segment_overrides_from_env(const char* knob) {
+  const char* v = std::getenv(knob);
+  return parse_segment_overrides(v != nullptr ? v : "", knob);
+}
+
+int segment_override(const std::vector<SegmentOverride>& overrides, std::string_view knob, int64_t n,
+                     int64_t k, int64_t most) {
+  for (const SegmentOverride& o : overrides) {
+    if (o.n != n || o.k != k) continue;
+    LMX_REQUIRE(InvalidArgument, o.segments <= most, "{}: {}x{} allows at most {} segments, not {}", knob, n,
+                k, most, o.segments);
+    return o.segments;
+  }
+  return 0;
 }
 
 namespace linear {
@@ -51,16 +68,9 @@ namespace {
 int q4_segments(int64_t n, int64_t k, int chunks, bool gate_up_pair) {
   static const int64_t target_warps = env_integer("LMX_Q4_TARGET_WARPS", 0, 0, 1 << 20);
   static const int64_t one_segment_tiles = env_integer("LMX_Q4_ONE_SEGMENT_TILES", 0, 0, 1 << 20);
-  static const std::vector<SegmentOverride> overrides = [] {
-    const char* v = std::getenv("LMX_Q4_SEGMENTS");
-    return parse_segment_overrides(v != nullptr ? v : "");
-  }();
-  for (const SegmentOverride& o : overrides) {
-    if (o.n != n || o.k != k) continue;
-    LMX_REQUIRE(InvalidArgument, o.segments <= chunks, "LMX_Q4_SEGMENTS: {}x{} has {} chunks, fewer than {} segments",
-                n, k, chunks, o.segments);
-    return o.segments;
-  }
+  static const std::vector<SegmentOverride> overrides = segment_overrides_from_env("LMX_Q4_SEGMENTS");
+  if (const int forced = segment_override(overrides, "LMX_Q4_SEGMENTS", n, k, chunks); forced > 0)
+    return forced;
   const int s = linear_segments(n, k, 4, target_warps, one_segment_tiles);
   return gate_up_pair ? std::max(1, std::min(s, chunks / kPairMinChunks)) : s;
 }
