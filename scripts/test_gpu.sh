@@ -6,7 +6,8 @@
 # LMX_Q4_WINDOW_LANES), since a run picks one plan per shape; then the projections, MoE and models with the
 # mma.sync prefill kernel instead of the wgmma one (LMX_PREFILL_WGMMA=0; sm_90 picks wgmma for 4-bit weights), and
 # with the prefill grid order and the small-chunk kernel of the grouped prefill forced; then the MoE tests with 8
-# expert segments and with the uncapped combine kernel.
+# expert segments and with the uncapped combine kernel; then the attention and models with the mma.sync prefill
+# attention instead of the wgmma one (LMX_ATTN_WGMMA=0).
 # Optionally under compute-sanitizer memcheck.
 # Usage: scripts/test_gpu.sh [--memcheck] [gtest args...]   (gtest args: the first pass only)
 # On the GPU machine with a bundle from scripts/device_bundle.sh: scripts/device_run.sh scripts/test_gpu.sh
@@ -60,3 +61,6 @@ LMX_PREFILL_SMALL_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.
 echo "== MoE with LMX_MOE_SEGMENTS=256x2048=8, then LMX_COMBINE_CAPPED=0"
 LMX_MOE_SEGMENTS=256x2048=8 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*' --gtest_brief=1
 LMX_COMBINE_CAPPED=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
+# The prefill attention of head dims 129..256 on the mma.sync kernel (sm_90 runs the wgmma one; same bits).
+echo "== attention with LMX_ATTN_WGMMA=0"
+LMX_ATTN_WGMMA=0 "${runner[@]}" "$binary" --gtest_filter='CudaAttention.*:*CudaTinyModels.*' --gtest_brief=1

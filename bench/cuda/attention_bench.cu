@@ -3,8 +3,8 @@
 // Decode: `batch` sequences, one query each at the last position of a kv_len-token bf16 cache
 // (split-KV path + combine). Prints the median µs per call and the K/V bytes read per second. Calls
 // rotate over enough cache copies (≥ 256 MiB in all) that K/V come from HBM, as in a forward pass.
-// Prefill: one sequence, T query tokens at positions 0..T-1 over T keys, causal (tiled tensor-core
-// path). Prints µs and TFLOP/s counting 4·(T²/2)·D·H flops (QKᵀ and PV of the causal half).
+// Prefill: one sequence, T query tokens at positions 0..T-1 over T keys, causal, optionally windowed (tiled
+// tensor-core path). Prints µs and TFLOP/s counting 4·D·H flops per visible (query, key) pair (QKᵀ and PV).
 #include "bench_cuda_support.cuh"
 #include "lmx/ops/cuda/attention.h"
 #include "lmx/ops/cuda/cuda_check.h"
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace {
@@ -92,7 +93,7 @@ void bench_decode(const Shape& s, int batch, int kv_len) {
              s.kv_heads, s.dim, batch, kv_len, t * 1e6, static_cast<double>(kv_bytes) / t / 1e9);
 }
 
-void bench_prefill(const Shape& s, int tokens) {
+void bench_prefill(const Shape& s, int tokens, int window = 0) {
   Caches c = make_caches(s, 1, tokens, 99);
   const int64_t row = static_cast<int64_t>(s.heads) * s.dim;
   DeviceBuffer q(static_cast<size_t>(tokens * row) * 4), out(static_cast<size_t>(tokens * row) * 4);
@@ -116,30 +117,46 @@ void bench_prefill(const Shape& s, int tokens) {
   b.v = c.v_ptrs.as<const uint16_t* const>();
   b.kv_len = d_len.as<const int32_t>();
   b.max_kv_len = tokens;
+  b.window = window;
   b.scale = 1.0f / 16.0f;
   const size_t pbytes = lmx::cuda::attention_partials_bytes(b);
   DeviceBuffer partials(std::max<size_t>(pbytes, 256));
   const double t = median_seconds(nullptr, tokens > 4096 ? 5 : 15, 1,
                                   [&](int) { lmx::cuda::attention(b, partials.as<float>(), pbytes, nullptr); });
-  const double flops = 4.0 * (static_cast<double>(tokens) * tokens / 2.0) * s.dim * s.heads;
-  fmt::print("prefill  heads {:>2}/{:<2} dim {:>3}  tokens {:>5}  {:>11.1f} us  {:>7.1f} TFLOP/s\n", s.heads,
-             s.kv_heads, s.dim, tokens, t * 1e6, flops / t / 1e12);
+  // Keys seen per query: min(i + 1, window), summed over queries i.
+  double pairs = 0;
+  for (int i = 0; i < tokens; ++i) pairs += window > 0 ? std::min(i + 1, window) : i + 1;
+  const double flops = 4.0 * pairs * s.dim * s.heads;
+  fmt::print(
+      "prefill  heads {:>2}/{:<2} dim {:>3}  tokens {:>5}  window {:>5}  {:>11.1f} us  {:>7.1f} TFLOP/s\n",
+      s.heads, s.kv_heads, s.dim, tokens, window, t * 1e6, flops / t / 1e12);
 }
 
 }  // namespace
 
-int main() {
+// Usage: bench_cuda_attention [decode|prefill]   (default: both)
+int main(int argc, char** argv) {
   if (lmx::cuda::device_count() == 0) {
     fmt::print("no CUDA device\n");
     return 0;
   }
+  const std::string only = argc > 1 ? argv[1] : "";
+  if (!only.empty() && only != "decode" && only != "prefill") {
+    fmt::print(stderr, "usage: bench_cuda_attention [decode|prefill]\n");
+    return 2;
+  }
   fmt::print("{}\n", lmx::cuda::device_description(0));
   const Shape shapes[] = {{8, 1, 256}, {16, 8, 256}, {32, 4, 512}, {32, 8, 128}};
-  for (const Shape& s : shapes)
-    for (int batch : {1, 16})
-      for (int kv_len : {512, 2048, 8192, 32768}) bench_decode(s, batch, kv_len);
-  for (const Shape& s : shapes)
-    for (int tokens : {2048, 8192}) bench_prefill(s, tokens);
+  if (only != "prefill")
+    for (const Shape& s : shapes)
+      for (int batch : {1, 16})
+        for (int kv_len : {512, 2048, 8192, 32768}) bench_decode(s, batch, kv_len);
+  if (only != "decode") {
+    for (const Shape& s : shapes)
+      for (int tokens : {2048, 8192}) bench_prefill(s, tokens);
+    // Gemma 4 26B-A4B's sliding layers (window 1024).
+    for (int tokens : {2048, 8192}) bench_prefill({16, 8, 256}, tokens, 1024);
+  }
   LMX_CUDA_CHECK(cudaDeviceSynchronize());
   return 0;
 }

@@ -145,6 +145,33 @@ __device__ __forceinline__ float merge_apply(float x_r, float a, float x_c, floa
   return __fmaf_rn(x_r, a, __fmul_rn(x_c, b));
 }
 
+// How one row's chunk state (row max mc, row sum lc) joins its running state (rm, rl), which this updates;
+// the accumulators then follow with fold_apply: kept (the chunk sees no key of the row: its state is
+// neutral), taken over (the row's first non-empty chunk), or merged with the coefficients a and b.
+struct FoldStep {
+  enum Kind { kKeep, kTake, kMerge } kind;
+  float a, b;
+};
+__device__ __forceinline__ FoldStep fold_step(float& rm, float& rl, float mc, float lc) {
+  if (mc == -INFINITY) return {FoldStep::kKeep, 0.0f, 0.0f};
+  if (rm == -INFINITY) {
+    rm = mc;
+    rl = lc;
+    return {FoldStep::kTake, 0.0f, 0.0f};
+  }
+  FoldStep f{FoldStep::kMerge, 0.0f, 0.0f};
+  float m;
+  merge_coeffs(rm, mc, m, f.a, f.b);
+  rl = merge_apply(rl, f.a, lc, f.b);
+  rm = m;
+  return f;
+}
+// (The merge is computed in every case and the result selected: no branch per element.)
+__device__ __forceinline__ float fold_apply(const FoldStep& f, float x_r, float x_c) {
+  const float merged = merge_apply(x_r, f.a, x_c, f.b);
+  return f.kind == FoldStep::kKeep ? x_r : f.kind == FoldStep::kTake ? x_c : merged;
+}
+
 // Visible key range [lo, hi) of query token t; lo = hi = 0 when it sees no key.
 __device__ __forceinline__ int2 key_range(const Params& p, int t) {
   const int64_t pos = p.q_pos[t];
@@ -400,8 +427,15 @@ void launch_decode(const Params& p, int dim_tier, cudaStream_t stream);
 // Tile list + persistent tiled kernel; p.work, p.gh, p.head_blocks, p.tokens_per_item set for
 // prefill_rows(dim_tier) rows per item.
 void launch_prefill(const Params& p, int dim_tier, cudaStream_t stream);
-// Query rows per prefill work item for a head-dim tier.
-constexpr int prefill_rows(int dim_tier) { return dim_tier > 128 ? 32 : 64; }
+// Whether tier dim_tier's prefill runs the wgmma kernel (sm90a/attention_prefill_wgmma.cu: tier 256 on a
+// device of compute capability 9.0, unless LMX_ATTN_WGMMA=0 in the environment), and its launcher (after the
+// tile list).
+bool prefill_wgmma_runs(int dim_tier);
+void launch_prefill_wgmma(const Params& p, cudaStream_t stream);
+// Query rows per prefill work item for a head-dim tier (the wgmma kernel's items are one warpgroup's 64).
+inline int prefill_rows(int dim_tier) {
+  return dim_tier <= 128 || prefill_wgmma_runs(dim_tier) ? 64 : 32;
+}
 // Raises the kernel's dynamic shared-memory limit on the current device once.
 void ensure_smem(const void* kernel, int bytes);
 // Resident blocks per SM × SMs of the current device for a kernel shape (cached per device).

@@ -63,26 +63,11 @@ __device__ __forceinline__ void fold_chunk(const ChunkState<DT, NW>& st, float (
                                            float (&racc)[Dims<DT, NW>::kNB][4]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float mc = st.m[r];
-    if (mc == -INFINITY) continue;  // the row sees no key of this chunk: its state is neutral
-    if (rm[r] == -INFINITY) {
-      rm[r] = mc;
-      rl[r] = st.l[2 * r];
+    const FoldStep f = fold_step(rm[r], rl[r], st.m[r], st.l[2 * r]);
 #pragma unroll
-      for (int n = 0; n < Dims<DT, NW>::kNB; ++n) {
-        racc[n][2 * r] = st.acc[n][2 * r];
-        racc[n][2 * r + 1] = st.acc[n][2 * r + 1];
-      }
-    } else {
-      float m, a, b;
-      merge_coeffs(rm[r], mc, m, a, b);
-      rl[r] = merge_apply(rl[r], a, st.l[2 * r], b);
-#pragma unroll
-      for (int n = 0; n < Dims<DT, NW>::kNB; ++n) {
-        racc[n][2 * r] = merge_apply(racc[n][2 * r], a, st.acc[n][2 * r], b);
-        racc[n][2 * r + 1] = merge_apply(racc[n][2 * r + 1], a, st.acc[n][2 * r + 1], b);
-      }
-      rm[r] = m;
+    for (int n = 0; n < Dims<DT, NW>::kNB; ++n) {
+      racc[n][2 * r] = fold_apply(f, racc[n][2 * r], st.acc[n][2 * r]);
+      racc[n][2 * r + 1] = fold_apply(f, racc[n][2 * r + 1], st.acc[n][2 * r + 1]);
     }
   }
 }
@@ -212,6 +197,10 @@ void launch_prefill_dt(const Params& p, cudaStream_t stream) {
 
 void launch_prefill(const Params& p, int dim_tier, cudaStream_t stream) {
   launch(tile_list_kernel, 1, kListThreads, 0, stream, p.q_seq, p.tokens, p.tokens_per_item, p.work);
+  if (prefill_wgmma_runs(dim_tier)) {
+    launch_prefill_wgmma(p, stream);
+    return;
+  }
   switch (dim_tier) {
     case 32: launch_prefill_dt<32>(p, stream); break;
     case 64: launch_prefill_dt<64>(p, stream); break;

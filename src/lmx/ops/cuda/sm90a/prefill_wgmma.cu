@@ -24,12 +24,15 @@
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
+#include "lmx/ops/cuda/sm90a/wgmma.cuh"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 namespace lmx::cuda::linear {
 namespace {
+
+using namespace sm90a;
 
 // kN: the x rows of a tile — kTileM (128), or 32 for the MoE's small chunks (launch_prefill_wgmma): fewer
 // columns per wgmma, the same per-column chain (an output's bits do not depend on N).
@@ -62,8 +65,7 @@ struct WgmmaRows {
   int min_rows = 0;
 };
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define LMX_HAS_WGMMA 1
+#if defined(LMX_HAS_WGMMA)
 
 // D[64 x 128] += A[64 x 16] · B[128 x 16]ᵀ for the warpgroup (wgmma m64n128k16, f32 accumulate): A from
 // registers (each warp's 16 rows as an mma.sync m16n8k16 A fragment), B from shared memory (descriptor).
@@ -106,24 +108,6 @@ __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[kN / 2], const uint32_
   else
     wgmma_m64n32k16(d, a, desc);
 }
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
-}
-// Descriptor of a K-major B operand in the 128-byte swizzled layout (the x halves' TMA copies): the k16
-// step's first bytes at `address` (within a 1024-byte aligned block of 8 rows x 128 bytes), the next 8 rows
-// 1024 bytes on (the stride byte offset; the leading one is unused by this layout), swizzle mode 1 (128 B).
-__device__ __forceinline__ uint64_t b_descriptor(uint32_t address) {
-  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
-}
-
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
@@ -331,7 +315,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
     // Step t: columns 16 t .. 16 t + 15 of the chunk, in block t / 4 at byte 32 (t % 4) of each row.
 #pragma unroll
     for (int t = 0; t < 8; ++t)
-      wgmma_m64nNk16<kN>(acc, a[kBuf][t], b_descriptor(b_addr + (t >> 2) * (kN * 128) + (t & 3) * 32));
+      wgmma_m64nNk16<kN>(acc, a[kBuf][t], kmajor_descriptor(b_addr + (t >> 2) * (kN * 128) + (t & 3) * 32));
     wgmma_commit();
   };
 
@@ -366,16 +350,6 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
 bool wgmma_enabled() {
   static const bool enabled = env_flag_on("LMX_PREFILL_WGMMA");
   return enabled;
-}
-
-// Whether the current device runs sm_90a code (compute capability 9.0 exactly).
-bool device_is_sm90() {
-  int device = 0;
-  LMX_CUDA_CHECK(cudaGetDevice(&device));
-  int major = 0, minor = 0;
-  LMX_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  LMX_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
 }
 
 // cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), or null.

@@ -1,0 +1,371 @@
+// The tiled prefill attention for head dims 129..256 (tier 256) on Hopper's warpgroup MMA, built for sm_90a
+// only. It computes exactly what prefill_kernel (attention_prefill.cu) computes for the same rows — the
+// numerics of attention_kernels.cuh: 64-key tiles that are also the chunks, S = q·k chained over head_dim in
+// k16 steps, p = ex2(s - m) rounded to bf16, the chunk's acc = P·V and l = P·1 chained over its keys in k16
+// steps from +0, chunk states folded in key order — and a chain of wgmma k16 steps gives the bits of the same
+// chain of mma.sync m16n8k16 steps (bench/cuda/wgmma_probe.cu), so a row's output bits are those of the
+// mma.sync kernel and of the split-KV decode kernel (the batch-invariance tests compare them).
+//
+// What differs is the issue. A block is one warpgroup (4 warps, 128 threads) and takes items of 64 query
+// rows (the mma.sync kernel's 32 rows use 8 warps). Q (converted to bf16 once per item), each K tile and each
+// V tile sit in shared memory in wgmma's 128-byte swizzled layout, written by cp.async (K, V) and plain
+// stores (Q, fenced to the async proxy):
+//  - S = Q·Kᵀ is 16 wgmma m64n64k16 with both operands read by the tensor cores from shared memory (K-major),
+//    so no warp loads Q or K fragments, and warp w holds full rows 16 w + g and 16 w + g + 8 of S: the row
+//    maxima need no exchange between warps and P never goes through shared memory;
+//  - P (bf16, from the S accumulators: the fragment layouts match) is the register A operand of P·V, whose
+//    B operand is the V tile as stored (keys x dims, dims contiguous: MN-major, wgmma's transposed B);
+//  - the chunk's P·V is computed 64 output columns at a time (4 wgmma m64n64k16 per 64 columns) and folded
+//    into the running accumulators (all 256 columns: 128 floats per thread) before the next 64 columns, so
+//    the chunk state never holds more than 32 floats per thread; l = P·1 is 4 wgmma m64n8k16 against a
+//    shared tile of ones.
+// K of tile t + 1 is copied while tile t's softmax and P·V run, V of tile t + 1 while tile t + 1's S runs
+// (one buffer each, as the mma.sync kernel). ~100 KB of shared memory and 255 registers per thread (ptxas
+// spills ~50 words: part of the running accumulators, reloaded once per tile): two blocks per SM, which
+// overlap each other's waits. On the H200: 3.7x the mma.sync kernel's speed for 8192 causal tokens (311
+// TFLOP/s), 2.3x for 26B-A4B's sliding layers at 2048 tokens (docs/benchmarks.md, eighteenth pass).
+#include "lmx/ops/cuda/attention_kernels.cuh"
+#include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/sm90a/wgmma.cuh"
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+namespace lmx::cuda::attn {
+namespace {
+
+using sm90a::swizzled_offset;
+
+constexpr int kRows = 64;                         // query rows per item (one warpgroup)
+constexpr int kThreads = 128;                     // one warpgroup
+constexpr int kDims = 256;                        // the tier's padded head dim
+constexpr int kSlices = kDims / 64;               // 64-column blocks of Q, K, V and the output
+constexpr int kOperandBytes = kRows * kDims * 2;  // Q, a K tile or a V tile (64 rows each): 32 KB
+static_assert(kTileKeys == kRows, "a K or V tile has as many rows as Q");
+
+// Shared memory, from a 1024-byte aligned base.
+constexpr int kQ = 0;
+constexpr int kK = kQ + kOperandBytes;
+constexpr int kV = kK + kOperandBytes;
+constexpr int kOnes = kV + kOperandBytes;  // 8 rows x 128 bytes of bf16 1.0: l's B operand
+constexpr int kRowInfo = kOnes + 1024;     // int4 per row: token (-1: padding), head, lo, hi
+constexpr int kItemSlot = kRowInfo + kRows * 16;
+constexpr int kUsedBytes = kItemSlot + 16;
+constexpr int kSmemBytes = kUsedBytes + 1024;  // + slack to align the base
+
+#if defined(LMX_HAS_WGMMA)
+using sm90a::fence_proxy_async;
+using sm90a::fence_registers;
+using sm90a::kmajor_descriptor;
+using sm90a::mnmajor_descriptor;
+using sm90a::wgmma_commit;
+using sm90a::wgmma_fence;
+using sm90a::wgmma_wait;
+
+// S[64 x 64] += A[64 x 16] · B[64 x 16]ᵀ, both from shared memory (K-major descriptors a and b, each advanced
+// by kStep 16-byte units inside the instruction: descriptors computed in C++ get hoisted and held in
+// registers). d[4 nt + i]: row 16 warp + g + 8 (i / 2), column 8 nt + 2 q4 + (i % 2).
+template <int kStep>
+__device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %34, 0;\n"
+      "add.s64 da, %32, %35;\nadd.s64 db, %33, %35;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31}, da, db, p, 1, 1, 0, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(1), "n"(kStep)
+      : "memory");
+}
+// O[64 x 64] += P[64 x 16] · V[16 x 64]: P from registers (an mma.sync m16n8k16 A fragment per warp), V from
+// shared memory MN-major (transposed B; descriptor b advanced by kStep 16-byte units, as above).
+template <int kStep>
+__device__ __forceinline__ void wgmma_rs_m64n64k16_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 db;\nsetp.ne.b32 p, %37, 0;\nadd.s64 db, %36, %38;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31}, {%32, %33, %34, %35}, db, p, 1, 1, 1;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1), "n"(kStep)
+      : "memory");
+}
+// L[64 x 8] += P[64 x 16] · B[16 x 8] with B from shared memory (K-major): the row sums when B is all ones.
+__device__ __forceinline__ void wgmma_rs_m64n8k16(float (&d)[4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, "
+      "0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
+      : "memory");
+}
+
+// f(std::integral_constant<int, i>) for i = 0 .. N - 1 (compile-time indices for the templated wgmma steps).
+template <int N, class F, int... I>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
+}
+
+// Issues the cp.async copies of one 64-key tile of K or V into the swizzled layout at `dst`; keys outside
+// [lo, hi) and columns past head_dim are zero-filled (never-written cache slots cannot put NaN into P·V).
+// A warp copies one key's 512 bytes per pass: thread i takes column 8 (i % 32) of keys i / 32 + 4 s.
+__device__ __forceinline__ void load_tile_swizzled(uint32_t dst, const uint16_t* base, int kv_heads, int kvh,
+                                                   int head_dim, int key0, int lo, int hi) {
+  constexpr int kStep = kThreads / 32;  // keys per pass
+  const int c = static_cast<int>(threadIdx.x & 31) * 8;
+  const int key = static_cast<int>(threadIdx.x >> 5);
+  const int64_t key_elems = static_cast<int64_t>(kv_heads) * head_dim;
+  const bool col_ok = c < head_dim;
+  const uint16_t* src = base + (static_cast<int64_t>(key0 + key) * kv_heads + kvh) * head_dim + c;
+  // Rows key + 4 s: the swizzle (row % 8) alternates between two values, so two offsets and an immediate.
+  static_assert(kStep == 4, "two swizzle phases");
+  const uint32_t at[2] = {dst + swizzled_offset(kRows, key, c), dst + swizzled_offset(kRows, key + kStep, c)};
+#pragma unroll
+  for (int s = 0; s < kTileKeys / kStep; ++s) {
+    const int row = key + s * kStep, j = key0 + row;
+    const bool ok = col_ok && j >= lo && j < hi;
+    cp_async16(at[s & 1] + (s >> 1) * (2 * kStep * 128), ok ? src : base, ok ? 16 : 0);
+    src += kStep * key_elems;
+  }
+}
+
+// The item's rows (token, head, visible keys) into shared memory and Q (bf16, zero-padded) into the
+// swizzled layout; row r: token t0 + r / gh, head-in-group hb * gh + r % gh (as setup_rows).
+__device__ __forceinline__ void setup_item(const Params& p, char* smem, int t0, int ntok, int kvh, int hb) {
+  int4* info = reinterpret_cast<int4*>(smem + kRowInfo);
+  const int tid = threadIdx.x;
+  if (tid < kRows) {
+    const int tok = tid / p.gh, hh = hb * p.gh + tid % p.gh;
+    int4 r = make_int4(-1, -1, 0, 0);
+    if (tok < ntok && hh < p.group) {
+      const int t = t0 + tok;
+      const int2 range = key_range(p, t);
+      r = make_int4(t, kvh * p.group + hh, range.x, range.y);
+    }
+    info[tid] = r;
+  }
+  __syncthreads();
+  constexpr int kQuads = kDims / 4;
+  for (int i = tid; i < kRows * kQuads; i += kThreads) {
+    const int r = i / kQuads, c = (i % kQuads) * 4;
+    const int4 ri = info[r];
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (ri.x >= 0 && c < p.head_dim) {
+      const float* src = p.q + ri.x * p.q_stride + static_cast<int64_t>(ri.y) * p.head_dim + c;
+      x = p.q_vec4 ? *reinterpret_cast<const float4*>(src) : make_float4(src[0], src[1], src[2], src[3]);
+    }
+    *reinterpret_cast<uint2*>(smem + kQ + swizzled_offset(kRows, r, c)) =
+        make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+  }
+  fence_proxy_async();  // Q is read by wgmma (published by the first tile's barrier)
+}
+#endif
+
+__global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
+#if defined(LMX_HAS_WGMMA)
+  wait_for_prior_kernels();
+  allow_next_kernel();
+  extern __shared__ __align__(1024) char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t base = (raw_addr + 1023) & ~1023u;
+  char* smem = smem_raw + (base - raw_addr);
+  const int4* info = reinterpret_cast<const int4*>(smem + kRowInfo);
+  int* s_item = reinterpret_cast<int*>(smem + kItemSlot);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q4 = lane & 3;
+  const int row0 = 16 * warp + g;  // the thread's rows: row0 and row0 + 8
+  for (int i = tid; i < 256; i += kThreads) reinterpret_cast<uint32_t*>(smem + kOnes)[i] = kOnesBf16x2;
+  fence_proxy_async();
+
+  const int n_tiles = p.work[1];
+  const int per_tile = p.kv_heads * p.head_blocks;
+  const int n_items = n_tiles * per_tile;
+  for (;;) {
+    __syncthreads();  // the previous item is done with shared memory
+    if (tid == 0) *s_item = atomicAdd(p.work, 1);
+    __syncthreads();
+    const int item = *s_item;
+    if (item >= n_items) break;
+    const int ti = n_tiles - 1 - item / per_tile;  // latest (most expensive) tiles first
+    const int rem = item % per_tile, kvh = rem / p.head_blocks, hb = rem % p.head_blocks;
+    const int t0 = p.work[2 + ti], ntok = p.work[3 + ti] - t0;
+    setup_item(p, smem, t0, ntok, kvh, hb);
+
+    int blo = INT_MAX, bhi = 0;
+#pragma unroll 1
+    for (int r = 0; r < kRows; ++r) {
+      const int4 ri = info[r];
+      if (ri.w > ri.z) {
+        blo = min(blo, ri.z);
+        bhi = max(bhi, ri.w);
+      }
+    }
+    const int lo[2] = {info[row0].z, info[row0 + 8].z};
+    const int hi[2] = {info[row0].w, info[row0 + 8].w};
+    float rm[2] = {-INFINITY, -INFINITY}, rl[2] = {0.0f, 0.0f};
+    float racc[kSlices][32];  // the running acc: slice c's wgmma accumulator layout, columns 64 c ..
+#pragma unroll
+    for (int c = 0; c < kSlices; ++c)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) racc[c][i] = 0.0f;
+
+    if (bhi > blo) {
+      const int seq = p.q_seq[t0];
+      const uint16_t* kbase = p.k[seq];
+      const uint16_t* vbase = p.v[seq];
+      const int tile_lo = blo / kTileKeys, tile_hi = (bhi + kTileKeys - 1) / kTileKeys;
+      load_tile_swizzled(base + kK, kbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
+      cp_async_commit();
+      load_tile_swizzled(base + kV, vbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
+      cp_async_commit();
+      for (int tile = tile_lo; tile < tile_hi; ++tile) {
+        const bool more = tile + 1 < tile_hi;
+        const int key0 = tile * kTileKeys;
+        cp_async_wait<1>();  // this thread's K copies landed
+        fence_proxy_async();
+        __syncthreads();  // everyone's K (and Q) visible to wgmma
+
+        // S = Q Kᵀ, chained over head_dim in k16 steps (block kk / 4, 32 bytes per step into its rows).
+        float s[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+        wgmma_fence();
+        {
+          const uint64_t dq = kmajor_descriptor(base + kQ), dk = kmajor_descriptor(base + kK);
+          static_for<kDims / 16>([&](auto kk) {
+            constexpr uint32_t kOff = (kk >> 2) * (kRows * 128) + (kk & 3) * 32;
+            wgmma_ss_m64n64k16<kOff / 16>(s, dq, dk);
+          });
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(s);
+
+        // Scale to log2 units, mask, row max (the quad holds the row's 64 keys).
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int key = key0 + 8 * (i >> 2) + 2 * q4 + (i & 1), r = (i >> 1) & 1;
+          const bool vis = key >= lo[r] && key < hi[r];
+          const float scaled = __fmul_rn(s[i], p.scale_log2);
+          s[i] = vis ? scaled : -INFINITY;
+          mx[r] = fmaxf(mx[r], s[i]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        }
+        // The chunk's p = ex2(s - m) in bf16 as the A fragments of its 4 k16 steps of keys.
+        const float mu[2] = {mx[0] == -INFINITY ? 0.0f : mx[0], mx[1] == -INFINITY ? 0.0f : mx[1]};
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float* sn = s + 4 * (2 * kk + h);  // n8 block 2 kk + h: keys 16 kk + 8 h ..
+            pa[kk][2 * h] = pack_bf16x2(ex2(__fsub_rn(sn[0], mu[0])), ex2(__fsub_rn(sn[1], mu[0])));
+            pa[kk][2 * h + 1] = pack_bf16x2(ex2(__fsub_rn(sn[2], mu[1])), ex2(__fsub_rn(sn[3], mu[1])));
+          }
+
+        __syncthreads();  // every warp's S is done: K's buffer is free (issued after P: fewer live registers)
+        if (more)
+          load_tile_swizzled(base + kK, kbase, p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo, bhi);
+        cp_async_commit();
+
+        cp_async_wait<1>();  // this thread's V copies landed
+        fence_proxy_async();
+        __syncthreads();  // everyone's V visible to wgmma
+        // l = P·1 and the first 64 columns of P·V in one group, then 64 columns per group, each folded in.
+        float l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        FoldStep fold[2] = {};
+        static_for<kSlices>([&](auto c) {
+          float o[32];
+#pragma unroll
+          for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+          wgmma_fence();
+          if (c == 0) {
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) wgmma_rs_m64n8k16(l, pa[kk], kmajor_descriptor(base + kOnes));
+          }
+          const uint64_t dv = mnmajor_descriptor(base + kV);
+          static_for<4>(
+              [&](auto kk) { wgmma_rs_m64n64k16_tb<(c * (kRows * 128) + kk * 2048) / 16>(o, pa[kk], dv); });
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_registers(o);
+          if (c == 0) {
+            fence_registers(l);
+            fold[0] = fold_step(rm[0], rl[0], mx[0], l[0]);
+            fold[1] = fold_step(rm[1], rl[1], mx[1], l[2]);
+          }
+#pragma unroll
+          for (int i = 0; i < 32; ++i) racc[c][i] = fold_apply(fold[(i >> 1) & 1], racc[c][i], o[i]);
+        });
+        __syncthreads();  // every warp's P·V is done: V's buffer is free
+        if (more)
+          load_tile_swizzled(base + kV, vbase, p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo, bhi);
+        cp_async_commit();
+      }
+      cp_async_wait<0>();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int4 ri = info[row0 + 8 * r];
+      if (ri.x < 0) continue;
+      float* dst = p.out + (static_cast<int64_t>(ri.x) * p.heads + ri.y) * p.head_dim;
+      const bool any = rm[r] != -INFINITY;
+#pragma unroll
+      for (int c = 0; c < kSlices; ++c)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int col = 64 * c + 8 * nt + 2 * q4;
+          if (col < p.head_dim) {
+            const float* a = &racc[c][4 * nt + 2 * r];
+            *reinterpret_cast<float2*>(dst + col) =
+                any ? make_float2(__fdiv_rn(a[0], rl[r]), __fdiv_rn(a[1], rl[r])) : make_float2(0.0f, 0.0f);
+          }
+        }
+    }
+  }
+#else
+  __trap();  // (built only for sm_90a; prefill_wgmma_runs checks the device)
+#endif
+}
+
+bool wgmma_attention_enabled() {
+  static const bool enabled = env_flag_on("LMX_ATTN_WGMMA");
+  return enabled;
+}
+
+}  // namespace
+
+bool prefill_wgmma_runs(int dim_tier) {
+  return dim_tier == kDims && wgmma_attention_enabled() && sm90a::device_is_sm90();
+}
+
+void launch_prefill_wgmma(const Params& p, cudaStream_t stream) {
+  const void* kernel = reinterpret_cast<const void*>(&prefill_wgmma_kernel);
+  ensure_smem(kernel, kSmemBytes);
+  const int64_t max_items = static_cast<int64_t>(p.tokens) * p.kv_heads * p.head_blocks;
+  const int grid =
+      static_cast<int>(std::min<int64_t>(resident_blocks(kernel, kThreads, kSmemBytes), max_items));
+  launch(prefill_wgmma_kernel, grid, kThreads, kSmemBytes, stream, p);
+}
+
+}  // namespace lmx::cuda::attn
