@@ -427,11 +427,11 @@ void launch_decode(const Params& p, int dim_tier, cudaStream_t stream);
 // Tile list + persistent tiled kernel; p.work, p.gh, p.head_blocks, p.tokens_per_item set for
 // prefill_rows(dim_tier) rows per item.
 void launch_prefill(const Params& p, int dim_tier, cudaStream_t stream);
-// Whether tier dim_tier's prefill runs the wgmma kernel (sm90a/attention_prefill_wgmma.cu: tier 256 on a
-// device of compute capability 9.0, unless LMX_ATTN_WGMMA=0 in the environment), and its launcher (after the
-// tile list).
+// Whether tier dim_tier's prefill runs the wgmma kernel (sm90a/attention_prefill_wgmma.cu: tiers 256 and 512
+// on a device of compute capability 9.0, unless LMX_ATTN_WGMMA=0 in the environment), and its launcher (after
+// the tile list).
 bool prefill_wgmma_runs(int dim_tier);
-void launch_prefill_wgmma(const Params& p, cudaStream_t stream);
+void launch_prefill_wgmma(const Params& p, int dim_tier, cudaStream_t stream);
 // Query rows per prefill work item for a head-dim tier (the wgmma kernel's items are one warpgroup's 64).
 inline int prefill_rows(int dim_tier) {
   return dim_tier <= 128 || prefill_wgmma_runs(dim_tier) ? 64 : 32;

@@ -198,7 +198,7 @@ void launch_prefill_dt(const Params& p, cudaStream_t stream) {
 void launch_prefill(const Params& p, int dim_tier, cudaStream_t stream) {
   launch(tile_list_kernel, 1, kListThreads, 0, stream, p.q_seq, p.tokens, p.tokens_per_item, p.work);
   if (prefill_wgmma_runs(dim_tier)) {
-    launch_prefill_wgmma(p, stream);
+    launch_prefill_wgmma(p, dim_tier, stream);
     return;
   }
   switch (dim_tier) {

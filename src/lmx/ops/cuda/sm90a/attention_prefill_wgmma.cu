@@ -1,29 +1,30 @@
-// The tiled prefill attention for head dims 129..256 (tier 256) on Hopper's warpgroup MMA, built for sm_90a
-// only. It computes exactly what prefill_kernel (attention_prefill.cu) computes for the same rows — the
+// The tiled prefill attention for head dims 129..512 (tiers 256 and 512) on Hopper's warpgroup MMA, built for
+// sm_90a only. It computes exactly what prefill_kernel (attention_prefill.cu) computes for the same rows — the
 // numerics of attention_kernels.cuh: 64-key tiles that are also the chunks, S = q·k chained over head_dim in
 // k16 steps, p = ex2(s - m) rounded to bf16, the chunk's acc = P·V and l = P·1 chained over its keys in k16
 // steps from +0, chunk states folded in key order — and a chain of wgmma k16 steps gives the bits of the same
 // chain of mma.sync m16n8k16 steps (bench/cuda/wgmma_probe.cu), so a row's output bits are those of the
 // mma.sync kernel and of the split-KV decode kernel (the batch-invariance tests compare them).
 //
-// What differs is the issue. A block is one warpgroup (4 warps, 128 threads) and takes items of 64 query
-// rows (the mma.sync kernel's 32 rows use 8 warps). Q (converted to bf16 once per item), each K tile and each
-// V tile sit in shared memory in wgmma's 128-byte swizzled layout, written by cp.async (K, V) and plain
-// stores (Q, fenced to the async proxy):
-//  - S = Q·Kᵀ is 16 wgmma m64n64k16 with both operands read by the tensor cores from shared memory (K-major),
-//    so no warp loads Q or K fragments, and warp w holds full rows 16 w + g and 16 w + g + 8 of S: the row
-//    maxima need no exchange between warps and P never goes through shared memory;
+// What differs is the issue. An item is 64 query rows (the mma.sync kernel's 32 rows use 8 warps); a warpgroup
+// (4 warps, 128 threads) owns 256 of its output columns: a block is one warpgroup for tier 256, two for tier
+// 512, which then both compute the item's whole S (the S chain over head_dim cannot be split without changing
+// its bits: a third more tensor work than necessary) and P·V for their own 256 columns. Q (converted to bf16
+// once per item), each K tile and each V tile sit in shared memory in wgmma's 128-byte swizzled layout,
+// written by cp.async (K, V) and plain stores (Q, fenced to the async proxy):
+//  - S = Q·Kᵀ is head_dim / 16 wgmma m64n64k16 with both operands read by the tensor cores from shared memory
+//    (K-major), so no warp loads Q or K fragments, and warp w holds full rows 16 w + g and 16 w + g + 8 of S:
+//    the row maxima need no exchange between warps and P never goes through shared memory;
 //  - P (bf16, from the S accumulators: the fragment layouts match) is the register A operand of P·V, whose
 //    B operand is the V tile as stored (keys x dims, dims contiguous: MN-major, wgmma's transposed B);
 //  - the chunk's P·V is computed 64 output columns at a time (4 wgmma m64n64k16 per 64 columns) and folded
-//    into the running accumulators (all 256 columns: 128 floats per thread) before the next 64 columns, so
-//    the chunk state never holds more than 32 floats per thread; l = P·1 is 4 wgmma m64n8k16 against a
-//    shared tile of ones.
+//    into the running accumulators (the warpgroup's 256 columns: 128 floats per thread) before the next 64
+//    columns, so the chunk state never holds more than 32 floats per thread; l = P·1 is 4 wgmma m64n8k16
+//    against a shared tile of ones.
 // K of tile t + 1 is copied while tile t's softmax and P·V run, V of tile t + 1 while tile t + 1's S runs
-// (one buffer each, as the mma.sync kernel). ~100 KB of shared memory and 255 registers per thread (ptxas
-// spills ~50 words: part of the running accumulators, reloaded once per tile): two blocks per SM, which
-// overlap each other's waits. On the H200: 3.7x the mma.sync kernel's speed for 8192 causal tokens (311
-// TFLOP/s), 2.3x for 26B-A4B's sliding layers at 2048 tokens (docs/benchmarks.md, eighteenth pass).
+// (one buffer each, as the mma.sync kernel). Tier 256: ~100 KB of shared memory and 254 registers per thread,
+// two blocks per SM, which overlap each other's waits; tier 512: ~196 KB, one block per SM. Measured on the
+// H200: docs/benchmarks.md, eighteenth pass.
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/sm90a/wgmma.cuh"
@@ -37,22 +38,28 @@ namespace {
 
 using sm90a::swizzled_offset;
 
-constexpr int kRows = 64;                         // query rows per item (one warpgroup)
-constexpr int kThreads = 128;                     // one warpgroup
-constexpr int kDims = 256;                        // the tier's padded head dim
-constexpr int kSlices = kDims / 64;               // 64-column blocks of Q, K, V and the output
-constexpr int kOperandBytes = kRows * kDims * 2;  // Q, a K tile or a V tile (64 rows each): 32 KB
+constexpr int kRows = 64;                    // query rows per item (one warpgroup's M)
+constexpr int kGroupColumns = 256;           // output columns per warpgroup
+constexpr int kSlices = kGroupColumns / 64;  // 64-column P·V steps per warpgroup
 static_assert(kTileKeys == kRows, "a K or V tile has as many rows as Q");
 
-// Shared memory, from a 1024-byte aligned base.
-constexpr int kQ = 0;
-constexpr int kK = kQ + kOperandBytes;
-constexpr int kV = kK + kOperandBytes;
-constexpr int kOnes = kV + kOperandBytes;  // 8 rows x 128 bytes of bf16 1.0: l's B operand
-constexpr int kRowInfo = kOnes + 1024;     // int4 per row: token (-1: padding), head, lo, hi
-constexpr int kItemSlot = kRowInfo + kRows * 16;
-constexpr int kUsedBytes = kItemSlot + 16;
-constexpr int kSmemBytes = kUsedBytes + 1024;  // + slack to align the base
+// Block shape and shared memory (from a 1024-byte aligned base) of head-dim tier kDims.
+template <int kDims>
+struct WgCfg {
+  static_assert(kDims == 256 || kDims == 512, "tiers 256 and 512");
+  static constexpr int kGroups = kDims / kGroupColumns;  // warpgroups: each owns 256 output columns
+  static constexpr int kThreads = 128 * kGroups;
+  static constexpr int kMinBlocks = 2 / kGroups;           // two blocks per SM at 256, one at 512
+  static constexpr int kOperandBytes = kRows * kDims * 2;  // Q, a K tile or a V tile (64 rows each)
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kOperandBytes;
+  static constexpr int kV = kK + kOperandBytes;
+  static constexpr int kOnes = kV + kOperandBytes;  // 8 rows x 128 bytes of bf16 1.0: l's B operand
+  static constexpr int kRowInfo = kOnes + 1024;     // int4 per row: token (-1: padding), head, lo, hi
+  static constexpr int kItemSlot = kRowInfo + kRows * 16;
+  static constexpr int kSmemBytes = kItemSlot + 16 + 1024;  // + slack to align the base
+  static_assert(kSmemBytes <= 227 * 1024);
+};
 
 #if defined(LMX_HAS_WGMMA)
 using sm90a::fence_proxy_async;
@@ -122,12 +129,15 @@ __device__ __forceinline__ void static_for(F&& f) {
 
 // Issues the cp.async copies of one 64-key tile of K or V into the swizzled layout at `dst`; keys outside
 // [lo, hi) and columns past head_dim are zero-filled (never-written cache slots cannot put NaN into P·V).
-// A warp copies one key's 512 bytes per pass: thread i takes column 8 (i % 32) of keys i / 32 + 4 s.
+// kDims / 8 threads copy one key's row per pass: thread i takes column 8 (i % (kDims / 8)) of keys
+// i / (kDims / 8) + 4 s.
+template <int kDims>
 __device__ __forceinline__ void load_tile_swizzled(uint32_t dst, const uint16_t* base, int kv_heads, int kvh,
                                                    int head_dim, int key0, int lo, int hi) {
-  constexpr int kStep = kThreads / 32;  // keys per pass
-  const int c = static_cast<int>(threadIdx.x & 31) * 8;
-  const int key = static_cast<int>(threadIdx.x >> 5);
+  constexpr int kPerKey = kDims / 8;
+  constexpr int kStep = WgCfg<kDims>::kThreads / kPerKey;  // keys per pass
+  const int c = static_cast<int>(threadIdx.x % kPerKey) * 8;
+  const int key = static_cast<int>(threadIdx.x / kPerKey);
   const int64_t key_elems = static_cast<int64_t>(kv_heads) * head_dim;
   const bool col_ok = c < head_dim;
   const uint16_t* src = base + (static_cast<int64_t>(key0 + key) * kv_heads + kvh) * head_dim + c;
@@ -145,8 +155,10 @@ __device__ __forceinline__ void load_tile_swizzled(uint32_t dst, const uint16_t*
 
 // The item's rows (token, head, visible keys) into shared memory and Q (bf16, zero-padded) into the
 // swizzled layout; row r: token t0 + r / gh, head-in-group hb * gh + r % gh (as setup_rows).
+template <int kDims>
 __device__ __forceinline__ void setup_item(const Params& p, char* smem, int t0, int ntok, int kvh, int hb) {
-  int4* info = reinterpret_cast<int4*>(smem + kRowInfo);
+  using C = WgCfg<kDims>;
+  int4* info = reinterpret_cast<int4*>(smem + C::kRowInfo);
   const int tid = threadIdx.x;
   if (tid < kRows) {
     const int tok = tid / p.gh, hh = hb * p.gh + tid % p.gh;
@@ -160,7 +172,7 @@ __device__ __forceinline__ void setup_item(const Params& p, char* smem, int t0, 
   }
   __syncthreads();
   constexpr int kQuads = kDims / 4;
-  for (int i = tid; i < kRows * kQuads; i += kThreads) {
+  for (int i = tid; i < kRows * kQuads; i += C::kThreads) {
     const int r = i / kQuads, c = (i % kQuads) * 4;
     const int4 ri = info[r];
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -168,27 +180,32 @@ __device__ __forceinline__ void setup_item(const Params& p, char* smem, int t0, 
       const float* src = p.q + ri.x * p.q_stride + static_cast<int64_t>(ri.y) * p.head_dim + c;
       x = p.q_vec4 ? *reinterpret_cast<const float4*>(src) : make_float4(src[0], src[1], src[2], src[3]);
     }
-    *reinterpret_cast<uint2*>(smem + kQ + swizzled_offset(kRows, r, c)) =
+    *reinterpret_cast<uint2*>(smem + C::kQ + swizzled_offset(kRows, r, c)) =
         make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
   }
   fence_proxy_async();  // Q is read by wgmma (published by the first tile's barrier)
 }
 #endif
 
-__global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
+template <int kDims>
+__global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBlocks)
+    prefill_wgmma_kernel(Params p) {
 #if defined(LMX_HAS_WGMMA)
+  using C = WgCfg<kDims>;
   wait_for_prior_kernels();
   allow_next_kernel();
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
   const uint32_t base = (raw_addr + 1023) & ~1023u;
   char* smem = smem_raw + (base - raw_addr);
-  const int4* info = reinterpret_cast<const int4*>(smem + kRowInfo);
-  int* s_item = reinterpret_cast<int*>(smem + kItemSlot);
+  const int4* info = reinterpret_cast<const int4*>(smem + C::kRowInfo);
+  int* s_item = reinterpret_cast<int*>(smem + C::kItemSlot);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, q4 = lane & 3;
-  const int row0 = 16 * warp + g;  // the thread's rows: row0 and row0 + 8
-  for (int i = tid; i < 256; i += kThreads) reinterpret_cast<uint32_t*>(smem + kOnes)[i] = kOnesBf16x2;
+  const int group = warp >> 2;           // the warpgroup: output columns 256 group ..
+  const int row0 = 16 * (warp & 3) + g;  // the thread's rows: row0 and row0 + 8
+  const int col0 = kGroupColumns * group;
+  for (int i = tid; i < 256; i += C::kThreads) reinterpret_cast<uint32_t*>(smem + C::kOnes)[i] = kOnesBf16x2;
   fence_proxy_async();
 
   const int n_tiles = p.work[1];
@@ -203,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
     const int ti = n_tiles - 1 - item / per_tile;  // latest (most expensive) tiles first
     const int rem = item % per_tile, kvh = rem / p.head_blocks, hb = rem % p.head_blocks;
     const int t0 = p.work[2 + ti], ntok = p.work[3 + ti] - t0;
-    setup_item(p, smem, t0, ntok, kvh, hb);
+    setup_item<kDims>(p, smem, t0, ntok, kvh, hb);
 
     int blo = INT_MAX, bhi = 0;
 #pragma unroll 1
@@ -217,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
     const int lo[2] = {info[row0].z, info[row0 + 8].z};
     const int hi[2] = {info[row0].w, info[row0 + 8].w};
     float rm[2] = {-INFINITY, -INFINITY}, rl[2] = {0.0f, 0.0f};
-    float racc[kSlices][32];  // the running acc: slice c's wgmma accumulator layout, columns 64 c ..
+    float racc[kSlices][32];  // the running acc: slice c's wgmma accumulator layout, columns col0 + 64 c ..
 #pragma unroll
     for (int c = 0; c < kSlices; ++c)
 #pragma unroll
@@ -228,9 +245,11 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
       const uint16_t* kbase = p.k[seq];
       const uint16_t* vbase = p.v[seq];
       const int tile_lo = blo / kTileKeys, tile_hi = (bhi + kTileKeys - 1) / kTileKeys;
-      load_tile_swizzled(base + kK, kbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
+      load_tile_swizzled<kDims>(base + C::kK, kbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo,
+                                bhi);
       cp_async_commit();
-      load_tile_swizzled(base + kV, vbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
+      load_tile_swizzled<kDims>(base + C::kV, vbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo,
+                                bhi);
       cp_async_commit();
       for (int tile = tile_lo; tile < tile_hi; ++tile) {
         const bool more = tile + 1 < tile_hi;
@@ -245,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
         for (int i = 0; i < 32; ++i) s[i] = 0.0f;
         wgmma_fence();
         {
-          const uint64_t dq = kmajor_descriptor(base + kQ), dk = kmajor_descriptor(base + kK);
+          const uint64_t dq = kmajor_descriptor(base + C::kQ), dk = kmajor_descriptor(base + C::kK);
           static_for<kDims / 16>([&](auto kk) {
             constexpr uint32_t kOff = (kk >> 2) * (kRows * 128) + (kk & 3) * 32;
             wgmma_ss_m64n64k16<kOff / 16>(s, dq, dk);
@@ -284,7 +303,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
 
         __syncthreads();  // every warp's S is done: K's buffer is free (issued after P: fewer live registers)
         if (more)
-          load_tile_swizzled(base + kK, kbase, p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo, bhi);
+          load_tile_swizzled<kDims>(base + C::kK, kbase, p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo,
+                                    bhi);
         cp_async_commit();
 
         cp_async_wait<1>();  // this thread's V copies landed
@@ -300,9 +320,9 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
           wgmma_fence();
           if (c == 0) {
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wgmma_rs_m64n8k16(l, pa[kk], kmajor_descriptor(base + kOnes));
+            for (int kk = 0; kk < 4; ++kk) wgmma_rs_m64n8k16(l, pa[kk], kmajor_descriptor(base + C::kOnes));
           }
-          const uint64_t dv = mnmajor_descriptor(base + kV);
+          const uint64_t dv = mnmajor_descriptor(base + C::kV + group * (kSlices * kRows * 128));
           static_for<4>(
               [&](auto kk) { wgmma_rs_m64n64k16_tb<(c * (kRows * 128) + kk * 2048) / 16>(o, pa[kk], dv); });
           wgmma_commit();
@@ -318,7 +338,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
         });
         __syncthreads();  // every warp's P·V is done: V's buffer is free
         if (more)
-          load_tile_swizzled(base + kV, vbase, p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo, bhi);
+          load_tile_swizzled<kDims>(base + C::kV, vbase, p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo,
+                                    bhi);
         cp_async_commit();
       }
       cp_async_wait<0>();
@@ -334,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(Params p) {
       for (int c = 0; c < kSlices; ++c)
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          const int col = 64 * c + 8 * nt + 2 * q4;
+          const int col = col0 + 64 * c + 8 * nt + 2 * q4;
           if (col < p.head_dim) {
             const float* a = &racc[c][4 * nt + 2 * r];
             *reinterpret_cast<float2*>(dst + col) =
@@ -353,19 +374,28 @@ bool wgmma_attention_enabled() {
   return enabled;
 }
 
+template <int kDims>
+void launch_dims(const Params& p, cudaStream_t stream) {
+  using C = WgCfg<kDims>;
+  const void* kernel = reinterpret_cast<const void*>(&prefill_wgmma_kernel<kDims>);
+  ensure_smem(kernel, C::kSmemBytes);
+  const int64_t max_items = static_cast<int64_t>(p.tokens) * p.kv_heads * p.head_blocks;
+  const int grid =
+      static_cast<int>(std::min<int64_t>(resident_blocks(kernel, C::kThreads, C::kSmemBytes), max_items));
+  launch(prefill_wgmma_kernel<kDims>, grid, C::kThreads, C::kSmemBytes, stream, p);
+}
+
 }  // namespace
 
 bool prefill_wgmma_runs(int dim_tier) {
-  return dim_tier == kDims && wgmma_attention_enabled() && sm90a::device_is_sm90();
+  return (dim_tier == 256 || dim_tier == 512) && wgmma_attention_enabled() && sm90a::device_is_sm90();
 }
 
-void launch_prefill_wgmma(const Params& p, cudaStream_t stream) {
-  const void* kernel = reinterpret_cast<const void*>(&prefill_wgmma_kernel);
-  ensure_smem(kernel, kSmemBytes);
-  const int64_t max_items = static_cast<int64_t>(p.tokens) * p.kv_heads * p.head_blocks;
-  const int grid =
-      static_cast<int>(std::min<int64_t>(resident_blocks(kernel, kThreads, kSmemBytes), max_items));
-  launch(prefill_wgmma_kernel, grid, kThreads, kSmemBytes, stream, p);
+void launch_prefill_wgmma(const Params& p, int dim_tier, cudaStream_t stream) {
+  if (dim_tier == 256)
+    launch_dims<256>(p, stream);
+  else
+    launch_dims<512>(p, stream);
 }
 
 }  // namespace lmx::cuda::attn
