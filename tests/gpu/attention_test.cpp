@@ -224,6 +224,8 @@ const Shape kShapes[] = {
     {32, 4, 512, 0, 1.0f},        // Gemma 4 global-layer dim, scale 1
     {16, 1, 96, 0, 0.1f},         // GQA 16, dim not a power of two
     {4, 2, 16, 0, 0.25f},         // the tiny test models' sliding-layer dim (padded to 32)
+    {8, 2, 192, 0, 0.07216878f},  // tier 256 not full (zero-padded columns in the wgmma kernel's tiles)
+    {8, 4, 320, 0, 0.05590170f},  // tier 512 not full
 };
 
 // Gemma-style scale 1 with head_dim 256/512 makes softmax very peaky for uniform [-1, 1] data; a

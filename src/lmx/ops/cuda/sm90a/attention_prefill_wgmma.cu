@@ -208,6 +208,10 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
   for (int i = tid; i < 256; i += C::kThreads) reinterpret_cast<uint32_t*>(smem + C::kOnes)[i] = kOnesBf16x2;
   fence_proxy_async();
 
+  // +0 that ptxas cannot see is zero: with a literal it turns a chain's first wgmma onto zeroed accumulators
+  // into a no-accumulate step, whose sum of all-negative-zero products could be -0 where mma.sync's +0 + (-0)
+  // is +0.
+  const float zero = __int_as_float(min(p.tokens, 0));  // (tokens >= 0)
   const int n_tiles = p.work[1];
   const int per_tile = p.kv_heads * p.head_blocks;
   const int n_items = n_tiles * per_tile;
@@ -261,7 +265,7 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
         // S = Q Kᵀ, chained over head_dim in k16 steps (block kk / 4, 32 bytes per step into its rows).
         float s[32];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+        for (int i = 0; i < 32; ++i) s[i] = zero;
         wgmma_fence();
         {
           const uint64_t dq = kmajor_descriptor(base + C::kQ), dk = kmajor_descriptor(base + C::kK);
@@ -311,12 +315,12 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
         fence_proxy_async();
         __syncthreads();  // everyone's V visible to wgmma
         // l = P·1 and the first 64 columns of P·V in one group, then 64 columns per group, each folded in.
-        float l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float l[4] = {zero, zero, zero, zero};
         FoldStep fold[2] = {};
         static_for<kSlices>([&](auto c) {
           float o[32];
 #pragma unroll
-          for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+          for (int i = 0; i < 32; ++i) o[i] = zero;
           wgmma_fence();
           if (c == 0) {
 #pragma unroll
@@ -333,8 +337,16 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
             fold[0] = fold_step(rm[0], rl[0], mx[0], l[0]);
             fold[1] = fold_step(rm[1], rl[1], mx[1], l[2]);
           }
+          if (fold[0].kind == FoldStep::kMerge && fold[1].kind == FoldStep::kMerge) {  // the common case
 #pragma unroll
-          for (int i = 0; i < 32; ++i) racc[c][i] = fold_apply(fold[(i >> 1) & 1], racc[c][i], o[i]);
+            for (int i = 0; i < 32; ++i) {
+              const FoldStep& f = fold[(i >> 1) & 1];
+              racc[c][i] = merge_apply(racc[c][i], f.a, o[i], f.b);
+            }
+          } else {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) racc[c][i] = fold_apply(fold[(i >> 1) & 1], racc[c][i], o[i]);
+          }
         });
         __syncthreads();  // every warp's P·V is done: V's buffer is free
         if (more)
