@@ -186,15 +186,12 @@ __device__ __forceinline__ int2 key_range(const Params& p, int t) {
 // ---- Work-item setup ----------------------------------------------------------------------------------------
 
 // Rows of an item: tokens [t0, t0 + ntok) of one sequence × heads hb * gh + [0, gh) of kv head kvh.
-// Row r: token t0 + r / gh, head-in-group hb * gh + r % gh. Writes (token, head, lo, hi) per row to
-// shared memory (token -1 for padding rows) and loads Q (bf16, zero-padded) into shared memory.
-template <int DT, int NW, int RG>
-__device__ __forceinline__ void setup_rows(const Params& p, char* smem, int t0, int ntok, int kvh, int hb) {
-  using L = Layout<DT, NW, RG>;
-  using D = Dims<DT, NW>;
-  int4* info = reinterpret_cast<int4*>(smem + L::kRowInfo);
+// Row r: token t0 + r / gh, head-in-group hb * gh + r % gh. Threads [0, rows) write (token, head, lo, hi) of
+// their row to `info` (token -1 for padding rows).
+__device__ __forceinline__ void write_row_info(const Params& p, int4* info, int rows, int t0, int ntok,
+                                               int kvh, int hb) {
   const int tid = threadIdx.x;
-  if (tid < L::kRows) {
+  if (tid < rows) {
     const int tok = tid / p.gh, hh = hb * p.gh + tid % p.gh;
     int4 r = make_int4(-1, -1, 0, 0);
     if (tok < ntok && hh < p.group) {
@@ -204,21 +201,32 @@ __device__ __forceinline__ void setup_rows(const Params& p, char* smem, int t0, 
     }
     info[tid] = r;
   }
+}
+
+// Elements c .. c + 3 of the q row of row info `ri` (zeros for a padding row or columns past head_dim; c is a
+// multiple of 4).
+__device__ __forceinline__ float4 load_q_quad(const Params& p, int4 ri, int c) {
+  float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (ri.x >= 0 && c < p.head_dim) {
+    const float* src = p.q + ri.x * p.q_stride + static_cast<int64_t>(ri.y) * p.head_dim + c;
+    x = p.q_vec4 ? *reinterpret_cast<const float4*>(src) : make_float4(src[0], src[1], src[2], src[3]);
+  }
+  return x;
+}
+
+// The item's row info (write_row_info) and Q (bf16, zero-padded) into shared memory.
+template <int DT, int NW, int RG>
+__device__ __forceinline__ void setup_rows(const Params& p, char* smem, int t0, int ntok, int kvh, int hb) {
+  using L = Layout<DT, NW, RG>;
+  using D = Dims<DT, NW>;
+  int4* info = reinterpret_cast<int4*>(smem + L::kRowInfo);
+  write_row_info(p, info, L::kRows, t0, ntok, kvh, hb);
   __syncthreads();
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
   constexpr int kQuads = DT / 4;
-  for (int i = tid; i < L::kRows * kQuads; i += L::kThreads) {
+  for (int i = static_cast<int>(threadIdx.x); i < L::kRows * kQuads; i += L::kThreads) {
     const int r = i / kQuads, c = (i % kQuads) * 4;
-    const int4 ri = info[r];
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (ri.x >= 0 && c < p.head_dim) {
-      const float* src = p.q + ri.x * p.q_stride + static_cast<int64_t>(ri.y) * p.head_dim + c;
-      if (p.q_vec4) {
-        x = *reinterpret_cast<const float4*>(src);
-      } else {
-        x = make_float4(src[0], src[1], src[2], src[3]);
-      }
-    }
+    const float4 x = load_q_quad(p, info[r], c);
     uint2 packed = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
     *reinterpret_cast<uint2*>(qs + r * D::kStride + c) = packed;
   }

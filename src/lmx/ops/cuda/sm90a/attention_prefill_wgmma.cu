@@ -153,33 +153,17 @@ __device__ __forceinline__ void load_tile_swizzled(uint32_t dst, const uint16_t*
   }
 }
 
-// The item's rows (token, head, visible keys) into shared memory and Q (bf16, zero-padded) into the
-// swizzled layout; row r: token t0 + r / gh, head-in-group hb * gh + r % gh (as setup_rows).
+// The item's rows (write_row_info) into shared memory and Q (bf16, zero-padded) into the swizzled layout.
 template <int kDims>
 __device__ __forceinline__ void setup_item(const Params& p, char* smem, int t0, int ntok, int kvh, int hb) {
   using C = WgCfg<kDims>;
   int4* info = reinterpret_cast<int4*>(smem + C::kRowInfo);
-  const int tid = threadIdx.x;
-  if (tid < kRows) {
-    const int tok = tid / p.gh, hh = hb * p.gh + tid % p.gh;
-    int4 r = make_int4(-1, -1, 0, 0);
-    if (tok < ntok && hh < p.group) {
-      const int t = t0 + tok;
-      const int2 range = key_range(p, t);
-      r = make_int4(t, kvh * p.group + hh, range.x, range.y);
-    }
-    info[tid] = r;
-  }
+  write_row_info(p, info, kRows, t0, ntok, kvh, hb);
   __syncthreads();
   constexpr int kQuads = kDims / 4;
-  for (int i = tid; i < kRows * kQuads; i += C::kThreads) {
+  for (int i = static_cast<int>(threadIdx.x); i < kRows * kQuads; i += C::kThreads) {
     const int r = i / kQuads, c = (i % kQuads) * 4;
-    const int4 ri = info[r];
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (ri.x >= 0 && c < p.head_dim) {
-      const float* src = p.q + ri.x * p.q_stride + static_cast<int64_t>(ri.y) * p.head_dim + c;
-      x = p.q_vec4 ? *reinterpret_cast<const float4*>(src) : make_float4(src[0], src[1], src[2], src[3]);
-    }
+    const float4 x = load_q_quad(p, info[r], c);
     *reinterpret_cast<uint2*>(smem + C::kQ + swizzled_offset(kRows, r, c)) =
         make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
   }
