@@ -2,17 +2,19 @@
 // prefill chunks, several sequences per call, GQA, head dims 32..512, sliding windows, queries that
 // see no key, never-written cache slots (NaN) that must stay invisible, batch invariance (a query's
 // output bits do not depend on the rest of the call, nor on the split-KV vs tiled path), and
-// kv_append. Skipped when no CUDA device is visible.
+// kv_append, and the swizzled shared-memory layout of the wgmma kernel (no GPU needed). Skipped when no CUDA device
+// is visible.
 //
 // Tolerance: the kernels round q to bf16 and the softmax weights p to bf16 (tensor cores). The
 // reference gets the same bf16 q and the same bf16 K/V, so the remaining difference is the rounding of
 // p: out is a convex combination whose weights each move by ≤ 2^-9 relatively, hence
 // |out - ref| ≤ 2 · 2^-9 · 2 max|v| = 2^-7 max|v| (plus f32 summation order). Cases with q = 0 have
 // p = 1 exactly, so out is the plain mean of the visible values: a tight check of every mask edge.
-#include "lmx/core/half.h"
 #include "lmx/ops/cuda/attention.h"
+#include "lmx/core/half.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/sm90a/wgmma.cuh"
 #include "lmx/ops/ops.h"
 #include "support/test_support.h"
 
@@ -25,6 +27,7 @@
 #include <iterator>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -393,6 +396,28 @@ TEST_F(CudaAttention, StridedQueries) {
   check(s, seqs, qs, false, "strided q, split-KV");
   s.q_pad = 3;  // rows not 16-byte aligned
   check(s, seqs, qs, false, "misaligned q");
+}
+
+// The 128-byte swizzled layout the wgmma prefill attention writes Q, K and V in (what TMA's SWIZZLE_128B
+// writes and wgmma reads; the GPU tests check it on the hardware): blocks of 64 columns, each row's 128 bytes
+// in place, 16-byte chunk j at chunk j ^ (row % 8), the 8 elements of a chunk contiguous, every byte of the
+// operand used once. Needs no GPU.
+TEST(CudaSwizzle, OffsetsKeepRowsAndPermuteChunks) {
+  constexpr int kRows = 64, kCols = 512;
+  std::set<uint32_t> chunks;
+  for (int row = 0; row < kRows; ++row)
+    for (int col = 0; col < kCols; col += 8) {
+      const uint32_t off = cuda::sm90a::swizzled_offset(kRows, row, col);
+      const uint32_t block = static_cast<uint32_t>(col / 64) * kRows * 128;
+      ASSERT_EQ(off % 16, 0u);
+      ASSERT_EQ((off - block) / 128, static_cast<uint32_t>(row)) << "row " << row << " col " << col;
+      ASSERT_EQ((off % 128) / 16, static_cast<uint32_t>(((col / 8) % 8) ^ (row % 8)))
+          << "row " << row << " col " << col;
+      for (int k = 1; k < 8; ++k) ASSERT_EQ(cuda::sm90a::swizzled_offset(kRows, row, col + k), off + 2 * k);
+      chunks.insert(off / 16);
+    }
+  EXPECT_EQ(chunks.size(), static_cast<size_t>(kRows * kCols / 8));
+  EXPECT_EQ(*chunks.rbegin(), static_cast<uint32_t>(kRows * kCols / 8 - 1));
 }
 
 TEST_F(CudaAttention, PartialsBytes) {
