@@ -215,12 +215,13 @@ void attention(const AttentionBatch& batch, float* partials, size_t partials_byt
     p.n_slots = plan.n_slots;
     attn::launch_decode(p, tier, stream);
   } else {
-    const int rows = attn::prefill_rows(tier);
+    const bool wgmma = attn::prefill_wgmma_runs(tier);
+    const int rows = attn::prefill_rows(tier, wgmma);
     p.gh = std::min(p.group, rows);
     p.head_blocks = (p.group + p.gh - 1) / p.gh;
     p.tokens_per_item = rows / p.gh;
     p.work = reinterpret_cast<int*>(partials);
-    attn::launch_prefill(p, tier, stream);
+    attn::launch_prefill(p, tier, wgmma, stream);
   }
 }
 

@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 namespace lmx::cuda::attn {
@@ -232,6 +233,41 @@ __device__ __forceinline__ void setup_rows(const Params& p, char* smem, int t0, 
   }
 }
 
+// One prefill work item: tokens [t0, t0 + ntok) of tile list entry ti, kv head kvh, head block hb.
+struct PrefillItem {
+  int t0, ntok, kvh, hb;
+};
+// Takes the block's next item from the counter p.work[0] (through the shared slot `slot`), latest (most
+// expensive) tiles first; false when none is left. Contains the block barriers that end the previous item.
+__device__ __forceinline__ bool take_prefill_item(const Params& p, int* slot, PrefillItem& it) {
+  __syncthreads();  // the previous item is done with shared memory
+  if (threadIdx.x == 0) *slot = atomicAdd(p.work, 1);
+  __syncthreads();
+  const int item = *slot;
+  const int n_tiles = p.work[1], per_tile = p.kv_heads * p.head_blocks;
+  if (item >= n_tiles * per_tile) return false;
+  const int ti = n_tiles - 1 - item / per_tile;
+  const int rem = item % per_tile;
+  it.kvh = rem / p.head_blocks;
+  it.hb = rem % p.head_blocks;
+  it.t0 = p.work[2 + ti];
+  it.ntok = p.work[3 + ti] - it.t0;
+  return true;
+}
+// The union [lo, hi) of the visible key ranges of an item's `rows` rows (lo >= hi: no row sees a key).
+__device__ __forceinline__ int2 item_key_span(const int4* info, int rows) {
+  int lo = INT_MAX, hi = 0;
+#pragma unroll 1
+  for (int r = 0; r < rows; ++r) {
+    const int4 ri = info[r];
+    if (ri.w > ri.z) {
+      lo = min(lo, ri.z);
+      hi = max(hi, ri.w);
+    }
+  }
+  return make_int2(lo, hi);
+}
+
 // Issues the cp.async copies of one 64-key tile of K or V (keys outside [lo, hi) and columns past
 // head_dim are zero-filled, so never-written slots cannot put NaN into P·V). Thread i copies the 16
 // bytes at column 8 (i % (DT / 8)) of keys i / (DT / 8) + s · THREADS / (DT / 8): its column is fixed,
@@ -432,18 +468,19 @@ __device__ __forceinline__ void process_tile(char* smem, ChunkState<DT, NW>& st,
 
 // Split-KV kernel + combine; p.part_acc, p.part_ml, p.n_slots, p.gh = min(group, 16), p.head_blocks set.
 void launch_decode(const Params& p, int dim_tier, cudaStream_t stream);
-// Tile list + persistent tiled kernel; p.work, p.gh, p.head_blocks, p.tokens_per_item set for
-// prefill_rows(dim_tier) rows per item.
-void launch_prefill(const Params& p, int dim_tier, cudaStream_t stream);
 // Whether tier dim_tier's prefill runs the wgmma kernel (sm90a/attention_prefill_wgmma.cu: tiers 256 and 512
 // on a device of compute capability 9.0, unless LMX_ATTN_WGMMA=0 in the environment), and its launcher (after
 // the tile list).
 bool prefill_wgmma_runs(int dim_tier);
 void launch_prefill_wgmma(const Params& p, int dim_tier, cudaStream_t stream);
-// Query rows per prefill work item for a head-dim tier (the wgmma kernel's items are one warpgroup's 64).
-inline int prefill_rows(int dim_tier) {
-  return dim_tier <= 128 || prefill_wgmma_runs(dim_tier) ? 64 : 32;
+// Query rows per prefill work item for a head-dim tier and kernel (the wgmma kernel's items are one
+// warpgroup's 64).
+constexpr int prefill_rows(int dim_tier, bool wgmma) {
+  return dim_tier <= 128 || wgmma ? 64 : 32;
 }
+// Tile list + persistent tiled kernel (the wgmma one when `wgmma`, from prefill_wgmma_runs); p.work, p.gh,
+// p.head_blocks, p.tokens_per_item set for prefill_rows(dim_tier, wgmma) rows per item.
+void launch_prefill(const Params& p, int dim_tier, bool wgmma, cudaStream_t stream);
 // Raises the kernel's dynamic shared-memory limit on the current device once.
 void ensure_smem(const void* kernel, int bytes);
 // Resident blocks per SM × SMs of the current device for a kernel shape (cached per device).

@@ -8,7 +8,6 @@
 #include "lmx/ops/cuda/cuda_check.h"
 
 #include <algorithm>
-#include <climits>
 
 namespace lmx::cuda::attn {
 namespace {
@@ -90,9 +89,6 @@ __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_ke
   using D = Dims<DT, NW>;
   extern __shared__ __align__(16) char smem[];
   __shared__ int s_item;
-  const int n_tiles = p.work[1];
-  const int per_tile = p.kv_heads * p.head_blocks;
-  const int n_items = n_tiles * per_tile;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rg = warp / D::kNW, wn = warp % D::kNW;
   const int g = lane >> 2, q4 = lane & 3;
@@ -100,25 +96,12 @@ __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_ke
   __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
   __nv_bfloat16* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
 
-  for (;;) {
-    __syncthreads();  // the previous item is done with shared memory
-    if (threadIdx.x == 0) s_item = atomicAdd(p.work, 1);
-    __syncthreads();
-    const int item = s_item;
-    if (item >= n_items) break;
-    const int ti = n_tiles - 1 - item / per_tile;
-    const int rem = item % per_tile, kvh = rem / p.head_blocks, hb = rem % p.head_blocks;
-    const int t0 = p.work[2 + ti], ntok = p.work[3 + ti] - t0;
-    setup_rows<DT, NW, RG>(p, smem, t0, ntok, kvh, hb);
-
-    int blo = INT_MAX, bhi = 0;
-    for (int r = 0; r < L::kRows; ++r) {
-      const int4 ri = info[r];
-      if (ri.w > ri.z) {
-        blo = min(blo, ri.z);
-        bhi = max(bhi, ri.w);
-      }
-    }
+  PrefillItem it;
+  while (take_prefill_item(p, &s_item, it)) {
+    const int t0 = it.t0, kvh = it.kvh;
+    setup_rows<DT, NW, RG>(p, smem, t0, it.ntok, kvh, it.hb);
+    const int2 span = item_key_span(info, L::kRows);
+    const int blo = span.x, bhi = span.y;
     const int lo[2] = {info[rg * 16 + g].z, info[rg * 16 + g + 8].z};
     const int hi[2] = {info[rg * 16 + g].w, info[rg * 16 + g + 8].w};
     float rm[2] = {-INFINITY, -INFINITY}, rl[2] = {0.0f, 0.0f};
@@ -195,9 +178,9 @@ void launch_prefill_dt(const Params& p, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_prefill(const Params& p, int dim_tier, cudaStream_t stream) {
+void launch_prefill(const Params& p, int dim_tier, bool wgmma, cudaStream_t stream) {
   launch(tile_list_kernel, 1, kListThreads, 0, stream, p.q_seq, p.tokens, p.tokens_per_item, p.work);
-  if (prefill_wgmma_runs(dim_tier)) {
+  if (wgmma) {
     launch_prefill_wgmma(p, dim_tier, stream);
     return;
   }

@@ -30,7 +30,6 @@
 #include "lmx/ops/cuda/sm90a/wgmma.cuh"
 
 #include <algorithm>
-#include <climits>
 #include <utility>
 
 namespace lmx::cuda::attn {
@@ -196,29 +195,12 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
   // into a no-accumulate step, whose sum of all-negative-zero products could be -0 where mma.sync's +0 + (-0)
   // is +0.
   const float zero = __int_as_float(min(p.tokens, 0));  // (tokens >= 0)
-  const int n_tiles = p.work[1];
-  const int per_tile = p.kv_heads * p.head_blocks;
-  const int n_items = n_tiles * per_tile;
-  for (;;) {
-    __syncthreads();  // the previous item is done with shared memory
-    if (tid == 0) *s_item = atomicAdd(p.work, 1);
-    __syncthreads();
-    const int item = *s_item;
-    if (item >= n_items) break;
-    const int ti = n_tiles - 1 - item / per_tile;  // latest (most expensive) tiles first
-    const int rem = item % per_tile, kvh = rem / p.head_blocks, hb = rem % p.head_blocks;
-    const int t0 = p.work[2 + ti], ntok = p.work[3 + ti] - t0;
-    setup_item<kDims>(p, smem, t0, ntok, kvh, hb);
-
-    int blo = INT_MAX, bhi = 0;
-#pragma unroll 1
-    for (int r = 0; r < kRows; ++r) {
-      const int4 ri = info[r];
-      if (ri.w > ri.z) {
-        blo = min(blo, ri.z);
-        bhi = max(bhi, ri.w);
-      }
-    }
+  PrefillItem it;
+  while (take_prefill_item(p, s_item, it)) {
+    const int t0 = it.t0, kvh = it.kvh;
+    setup_item<kDims>(p, smem, t0, it.ntok, kvh, it.hb);
+    const int2 span = item_key_span(info, kRows);
+    const int blo = span.x, bhi = span.y;
     const int lo[2] = {info[row0].z, info[row0 + 8].z};
     const int hi[2] = {info[row0].w, info[row0 + 8].w};
     float rm[2] = {-INFINITY, -INFINITY}, rl[2] = {0.0f, 0.0f};

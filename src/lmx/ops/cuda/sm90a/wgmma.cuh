@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace lmx::cuda::sm90a {
@@ -68,14 +69,21 @@ __host__ __device__ constexpr uint32_t swizzled_offset(int rows, int row, int co
                                (col & 7) * 2);
 }
 
-// Whether the current device runs sm_90a code (compute capability 9.0 exactly).
+// Whether the current device runs sm_90a code (compute capability 9.0 exactly). Asked on every prefill GEMM
+// and attention call, so the answer is cached per device (the first 64 ordinals; past them it is asked each
+// time).
 inline bool device_is_sm90() {
+  static std::atomic<int8_t> known[64] = {};  // 0: not asked yet, 1: sm_90, -1: other
   int device = 0;
   LMX_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= 0 && device < 64 && known[device].load(std::memory_order_relaxed) != 0)
+    return known[device].load(std::memory_order_relaxed) > 0;
   int major = 0, minor = 0;
   LMX_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   LMX_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
+  const bool sm90 = major == 9 && minor == 0;
+  if (device >= 0 && device < 64) known[device].store(sm90 ? 1 : -1, std::memory_order_relaxed);
+  return sm90;
 }
 
 }  // namespace lmx::cuda::sm90a
