@@ -5,7 +5,9 @@
 // per call and the GB/s of the distinct experts' weights it reads. Every call routes to fresh random experts
 // (distinct within a token), so the weights come from HBM as in a forward pass (one layer's stack is
 // ~430 MB; a call reads ~27 MB at T = 1).
-// Usage: bench_cuda_moe [experts top_k hidden inter]
+// With `prefill` first, T is 2048 and 8192 instead (the grouped prefill GEMM; random routing, one per size)
+// and the line gives TFLOP/s of the experts' useful work (2 · pairs · 3 · hidden · inter).
+// Usage: bench_cuda_moe [prefill] [experts top_k hidden inter]
 #include "bench_cuda_support.cuh"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
@@ -21,6 +23,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -60,6 +63,8 @@ Stack make_stack(int64_t experts, int64_t rows, int64_t cols, uint32_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool prefill = argc > 1 && std::string_view(argv[1]) == "prefill";
+  if (prefill) --argc, ++argv;
   const int experts = argc > 1 ? std::atoi(argv[1]) : 128;
   const int top_k = argc > 2 ? std::atoi(argv[2]) : 8;
   const int64_t hidden = argc > 3 ? std::atoll(argv[3]) : 2816;
@@ -76,16 +81,17 @@ int main(int argc, char** argv) {
   fmt::print("lmx MoE expert dispatch: {} experts, top-{}, hidden {}, width {}, 4-bit g64 ({:.2f} MB per expert)\n\n",
              experts, top_k, hidden, inter, expert_bytes / 1e6);
 
-  constexpr int kRoutings = 64;  // distinct routings, used in turn
+  const int routings = prefill ? 1 : 64;  // distinct routings, used in turn
   std::mt19937 rng(5);
-  for (int tokens : {1, 2, 4, 8}) {
-    // kRoutings routings of `tokens` tokens: distinct experts within a token, weights summing to ~1.
-    std::vector<int32_t> ids(static_cast<size_t>(kRoutings) * tokens * top_k);
+  const std::vector<int> sizes = prefill ? std::vector<int>{2048, 8192} : std::vector<int>{1, 2, 4, 8};
+  for (int tokens : sizes) {
+    // `routings` routings of `tokens` tokens: distinct experts within a token, weights summing to ~1.
+    std::vector<int32_t> ids(static_cast<size_t>(routings) * tokens * top_k);
     std::vector<float> weights(ids.size());
-    std::vector<int> distinct(kRoutings);
+    std::vector<int> distinct(routings);
     std::vector<int32_t> all(static_cast<size_t>(experts));
     std::iota(all.begin(), all.end(), 0);
-    for (int r = 0; r < kRoutings; ++r) {
+    for (int r = 0; r < routings; ++r) {
       std::set<int32_t> used;
       for (int t = 0; t < tokens; ++t) {
         std::shuffle(all.begin(), all.end(), rng);
@@ -107,19 +113,26 @@ int main(int argc, char** argv) {
     LMX_CUDA_CHECK_LAUNCH();
     LMX_CUDA_CHECK(cudaDeviceSynchronize());
     const double mean_distinct =
-        std::accumulate(distinct.begin(), distinct.end(), 0.0) / static_cast<double>(kRoutings);
+        std::accumulate(distinct.begin(), distinct.end(), 0.0) / static_cast<double>(routings);
 
     lmx::cuda::MoeOutputNorms norms;
     norms.dense_out = dense.as<float>();
     norms.dense_norm = norm.as<const float>();
     norms.expert_norm = norm.as<const float>();
     for (bool with_norms : {false, true}) {
-      const double t = lmx::bench::median_seconds(stream, 50, 1, [&](int call) {
-        const size_t r = static_cast<size_t>(call % kRoutings) * static_cast<size_t>(tokens * top_k);
+      if (prefill && with_norms) continue;
+      const double t = lmx::bench::median_seconds(stream, prefill ? 20 : 50, 1, [&](int call) {
+        const size_t r = static_cast<size_t>(call % routings) * static_cast<size_t>(tokens * top_k);
         lmx::cuda::quantized_moe_experts(x.as<float>(), tokens, d_ids.as<int32_t>() + r, d_weights.as<float>() + r,
                                          top_k, gate_up.view, down.view, out.as<float>(), ctx,
                                          with_norms ? &norms : nullptr);
       });
+      if (prefill) {
+        const double flops = 2.0 * tokens * top_k * 3.0 * static_cast<double>(hidden * inter);
+        fmt::print("T {:>5}  dispatch (plain combine) {:>9.1f} us  {:>6.1f} TFLOP/s\n", tokens, t * 1e6,
+                   flops / t / 1e12);
+        continue;
+      }
       fmt::print("T {:>2}  {:<28} {:>8.1f} us  {:>7.1f} GB/s of {:.1f} distinct experts' weights\n", tokens,
                  with_norms ? "dispatch + output norms" : "dispatch (plain combine)", t * 1e6,
                  mean_distinct * expert_bytes / t / 1e9, mean_distinct);
