@@ -29,7 +29,8 @@ for lib in $(ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u); do
     *) cp -L "$lib" "$stage/lib/" ;;
   esac
 done
-rm -rf .device && mkdir -p .device
+# (Only the bundle and what device_run.sh unpacked from it: run scripts kept in .device survive a rebuild.)
+rm -rf .device/bundle.tar.xz .device/bin .device/lib && mkdir -p .device
 # xz -9: a 64 MiB dictionary, so the binaries' shared bytes (their CUDA code) compress once; the default 8 MiB
 # window sees each ~10 MB binary alone.
 XZ_OPT=-9 tar -C "$stage" -cJf .device/bundle.tar.xz bin lib
