@@ -8,6 +8,7 @@
 // magnitude, so that any difference in rounding or summation order inside a K step shows.
 // Usage: wgmma_probe [steps [trials]]   (default 160 steps = K 2560, 50 trials; exit status 1 on a mismatch)
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/sm90a/wgmma.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -66,17 +67,10 @@ __global__ void __launch_bounds__(128)
         : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(b0), "r"(b1));
     // wgmma: the same A fragment per warp (its 16 rows of the 64), B from shared memory.
     const uint64_t desc = smem_descriptor(bs + s * 128, 128, 128);
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    // scale-d = 1 (D += A·B), A and B not negated, B not transposed (K-major).
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, "
-        "1, 0;\n}"
-        : "+f"(dw[0]), "+f"(dw[1]), "+f"(dw[2]), "+f"(dw[3])
-        : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "l"(desc), "r"(1)
-        : "memory");
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    lmx::cuda::sm90a::wgmma_fence();
+    lmx::cuda::sm90a::wgmma_rs_m64n8k16(dw, fa, desc);  // D += A·B, B K-major
+    lmx::cuda::sm90a::wgmma_commit();
+    lmx::cuda::sm90a::wgmma_wait<0>();
   }
   // D fragment: rows g / g + 8 of the warp's 16, columns 2c, 2c + 1 (both instructions).
   const int r0 = 16 * warp + g;

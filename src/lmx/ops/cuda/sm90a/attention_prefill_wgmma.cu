@@ -65,6 +65,7 @@ using sm90a::fence_proxy_async;
 using sm90a::fence_registers;
 using sm90a::kmajor_descriptor;
 using sm90a::mnmajor_descriptor;
+using sm90a::wgmma_rs_m64n8k16;
 using sm90a::wgmma_commit;
 using sm90a::wgmma_fence;
 using sm90a::wgmma_wait;
@@ -103,16 +104,6 @@ __device__ __forceinline__ void wgmma_rs_m64n64k16_tb(float (&d)[32], const uint
         "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
         "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1), "n"(kStep)
-      : "memory");
-}
-// L[64 x 8] += P[64 x 16] · B[16 x 8] with B from shared memory (K-major): the row sums when B is all ones.
-__device__ __forceinline__ void wgmma_rs_m64n8k16(float (&d)[4], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, "
-      "0;\n}"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
       : "memory");
 }
 

@@ -45,6 +45,19 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// D[64 x 8] += A[64 x 16] · B[16 x 8] (wgmma m64n8k16, f32 accumulate): A from registers (each warp's 16 rows
+// as an mma.sync m16n8k16 A fragment), B from shared memory (K-major descriptor). The prefill attention's row
+// sums (B all ones); bench/cuda/wgmma_probe.cu's chains.
+__device__ __forceinline__ void wgmma_rs_m64n8k16(float (&d)[4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, "
+      "0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
+      : "memory");
+}
+
 // Descriptor of a K-major operand in the 128-byte swizzled layout: the k16 step's first bytes at `address`
 // (a block's 1024-byte aligned start plus 32 bytes per k16 step into its rows), the next 8 rows 1024 bytes
 // on (the stride byte offset; the leading one is unused by this layout), swizzle mode 1 (128 B).
