@@ -58,6 +58,10 @@ LMX_PREFILL_SMALL_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.
   --gtest_brief=1
 # The MoE tests with the "several segments over H" case's gate/up (256 x 2048) in 8 K segments, the most a block
 # holds (expert_segments gives at most kExpertSegmentsMost = 3), and the combine on its uncapped kernel.
+# The grouped gate/up projection's x prepared per pair row (the default prepares each token row once and stores it
+# to its pairs' rows; same xp rows).
+echo "== MoE with LMX_PREFILL_SCATTER=0"
+LMX_PREFILL_SCATTER=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
 echo "== MoE with LMX_MOE_SEGMENTS=256x2048=8, then LMX_COMBINE_CAPPED=0"
 LMX_MOE_SEGMENTS=256x2048=8 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*' --gtest_brief=1
 LMX_COMBINE_CAPPED=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1

@@ -718,11 +718,17 @@ struct XRows {
   int div = 1;
   const float* up = nullptr;  // null: no GeGLU
   int64_t up_stride = 0;
+  // Non-null (instead of map): the preparation covers x's m / div rows, and x's row r is stored to xp's rows
+  // scatter[r · div + s], s < div (a negative entry: none). xp rows that no entry names are left as they were
+  // (the grouped prefill computes such rows of a tile, never stores them, and an output column reads only its
+  // own x row).
+  const int32_t* scatter = nullptr;
 };
 
 // One thread per 16 bytes of xp (4 consecutive words of a chunk, unit u of the [m][chunks * 16] units):
-// eight f32 loads (sixteen with rows.up) in flight per thread and one 16-byte store. (One word per thread
-// with two loads in flight read x at about half the bandwidth: ncu, E4B prefill, ~10 % of the step.)
+// eight f32 loads (sixteen with rows.up) in flight per thread and one 16-byte store (rows.scatter: units of
+// x's rows, one store per named xp row). (One word per thread with two loads in flight read x at about half
+// the bandwidth: ncu, E4B prefill, ~10 % of the step.)
 template <class F>
 __global__ void prepare_x_kernel(const float* x, int64_t x_stride, int64_t k, int chunks, uint32_t* xp,
                                  const XRows rows, int64_t units) {
@@ -748,7 +754,15 @@ __global__ void prepare_x_kernel(const float* x, int64_t x_stride, int64_t k, in
     const int q = q0 + i, t = q >> 3, half = (q >> 2) & 1, c = q & 3, P = 2 * t + half;
     w[i] = pack_bf16x2(value(pair_k<F>(c, P, 0)), value(pair_k<F>(c, P, 1)));
   }
-  *reinterpret_cast<uint4*>(xp + (row * chunks + j) * 64 + q0) = make_uint4(w[0], w[1], w[2], w[3]);
+  const uint4 unit = make_uint4(w[0], w[1], w[2], w[3]);
+  if (rows.scatter == nullptr) {
+    *reinterpret_cast<uint4*>(xp + (row * chunks + j) * 64 + q0) = unit;
+    return;
+  }
+  for (int s = 0; s < rows.div; ++s) {
+    const int64_t to = rows.scatter[row * rows.div + s];
+    if (to >= 0) *reinterpret_cast<uint4*>(xp + (to * chunks + j) * 64 + q0) = unit;
+  }
 }
 
 // ---- Prefill kernel --------------------------------------------------------------------------------------

@@ -121,6 +121,15 @@ int64_t chunk_bound(int64_t pairs, int m_tile, int num_experts) {
   return std::min(pairs, pairs / m_tile + std::min<int64_t>(num_experts, pairs));
 }
 
+// Whether the grouped gate/up projection's x preparation runs per token row, storing each prepared row to its
+// top_k pair rows (XRows::scatter), rather than per pair row, reading its token's row (XRows::map; top_k
+// reads of every token row). Same xp rows either way. LMX_PREFILL_SCATTER=0 in the environment: per pair row
+// (A/B runs).
+bool scatter_enabled() {
+  static const bool enabled = env_flag_on("LMX_PREFILL_SCATTER");
+  return enabled;
+}
+
 int64_t target_warps() {
   static const int64_t target = env_integer("LMX_MOE_TARGET_WARPS", 512, 1, 65536);
   return target;
@@ -171,6 +180,7 @@ void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, c
     p.chunks = chunks;
     p.chunk_count = chunk_count;
     p.sorted_pair = sorted_pair;
+    p.row_of = row_of;
     p.m_tile = m_tile;
     p.pairs = static_cast<int>(pairs);
 
@@ -329,9 +339,13 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
     const linear::Problem q = pair_problem(w, p.x, p.x_stride, p.pairs, p.out, p.out_stride);
     if (m_tile == kGroupedGemmRows) {
       // Many pairs per expert: the prefill GEMM over chunks of up to 128 pairs of one expert, x gathered
-      // (gate/up: the pairs' token rows; down: the GeGLU of each pair's gate/up row) into bf16 tiles.
+      // (gate/up: the pairs' token rows, each token's row prepared once and stored to its top_k pair rows;
+      // down: the GeGLU of each pair's gate/up row) into bf16 tiles.
       linear::XRows rows;
-      rows.map = is_down ? nullptr : p.sorted_pair;
+      if (!is_down && scatter_enabled())
+        rows.scatter = p.row_of;
+      else if (!is_down)
+        rows.map = p.sorted_pair;
       rows.div = p.top_k;
       if (is_down) {
         rows.up = p.x + inter;

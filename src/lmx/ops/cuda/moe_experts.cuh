@@ -83,6 +83,7 @@ struct ProjectionParams {
   const int4* chunks = nullptr;
   const int* chunk_count = nullptr;
   const int32_t* sorted_pair = nullptr;
+  const int32_t* row_of = nullptr;  // pair → row (the inverse of sorted_pair; grouped passes)
   int m_tile = 1;  // pairs per chunk (1: ungrouped)
   int pairs = 0;   // (token, slot) pairs of the pass
   // Tensor-core kernel only (moe_expert_mma.cuh): K's 128-column chunks and their split into segments

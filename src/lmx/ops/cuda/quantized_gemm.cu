@@ -35,7 +35,8 @@ bool prefill_rows_first(const Problem& p, bool grouped, int64_t grid_x) {
 template <class F>
 void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& chunk_table,
              int64_t grid_x, cudaStream_t stream) {
-  const int64_t units = p.m * p.chunks * 16;  // 16 bytes of xp each
+  const int64_t x_rows = rows.scatter != nullptr ? p.m / rows.div : p.m;
+  const int64_t units = x_rows * p.chunks * 16;  // 16 bytes of xp each
   launch(prepare_x_kernel<F>, dim3(static_cast<unsigned>((units + 255) / 256)), 256, 0, stream, p.x,
          p.x_stride, p.k, p.chunks, xp, rows, units);
   PrefillChunks grouped = chunk_table;  // with the grid order decided here
