@@ -62,6 +62,10 @@ LMX_PREFILL_SMALL_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.
 # to its pairs' rows; same xp rows).
 echo "== MoE with LMX_PREFILL_SCATTER=0"
 LMX_PREFILL_SCATTER=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
+# The pair sort on a cluster of 8 blocks for every call (the default takes one block per 2048 pairs: one for the
+# tests' small calls).
+echo "== MoE with LMX_MOE_GROUP_BLOCKS=8"
+LMX_MOE_GROUP_BLOCKS=8 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
 echo "== MoE with LMX_MOE_SEGMENTS=256x2048=8, then LMX_COMBINE_CAPPED=0"
 LMX_MOE_SEGMENTS=256x2048=8 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*' --gtest_brief=1
 LMX_COMBINE_CAPPED=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
