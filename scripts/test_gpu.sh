@@ -5,9 +5,10 @@
 # rows per warp LMX_Q4_TILES, blocks per row tile LMX_Q4_SPLIT, then lanes per row of the scale-window copy
 # LMX_Q4_WINDOW_LANES), since a run picks one plan per shape; then the projections, MoE and models with the
 # mma.sync prefill kernel instead of the wgmma one (LMX_PREFILL_WGMMA=0; sm_90 picks wgmma for 4-bit weights), and
-# with the prefill grid order and the small-chunk kernel of the grouped prefill forced; then the MoE tests with 8
-# expert segments and with the uncapped combine kernel; then the attention and models with the mma.sync prefill
-# attention instead of the wgmma one (LMX_ATTN_WGMMA=0).
+# with the prefill grid order and the small-chunk kernel of the grouped prefill forced; then the MoE tests with the
+# experts' gate/up x prepared per pair row and with the pair sort on a cluster of 8 blocks, with 8 expert segments
+# and with the uncapped combine kernel; then the attention and models with the mma.sync prefill attention instead of
+# the wgmma one (LMX_ATTN_WGMMA=0).
 # Optionally under compute-sanitizer memcheck.
 # Usage: scripts/test_gpu.sh [--memcheck] [gtest args...]   (gtest args: the first pass only)
 # On the GPU machine with a bundle from scripts/device_bundle.sh: scripts/device_run.sh scripts/test_gpu.sh
@@ -56,8 +57,6 @@ LMX_PREFILL_ROWS_FIRST=1 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:C
   --gtest_brief=1
 LMX_PREFILL_SMALL_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' \
   --gtest_brief=1
-# The MoE tests with the "several segments over H" case's gate/up (256 x 2048) in 8 K segments, the most a block
-# holds (expert_segments gives at most kExpertSegmentsMost = 3), and the combine on its uncapped kernel.
 # The grouped gate/up projection's x prepared per pair row (the default prepares each token row once and stores it
 # to its pairs' rows; same xp rows).
 echo "== MoE with LMX_PREFILL_SCATTER=0"
@@ -66,6 +65,8 @@ LMX_PREFILL_SCATTER=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*Cu
 # tests' small calls).
 echo "== MoE with LMX_MOE_GROUP_BLOCKS=8"
 LMX_MOE_GROUP_BLOCKS=8 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
+# The MoE tests with the "several segments over H" case's gate/up (256 x 2048) in 8 K segments, the most a block
+# holds (expert_segments gives at most kExpertSegmentsMost = 3), and the combine on its uncapped kernel.
 echo "== MoE with LMX_MOE_SEGMENTS=256x2048=8, then LMX_COMBINE_CAPPED=0"
 LMX_MOE_SEGMENTS=256x2048=8 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*' --gtest_brief=1
 LMX_COMBINE_CAPPED=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
