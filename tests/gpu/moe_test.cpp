@@ -8,6 +8,7 @@
 #include "lmx/model/gemma4_weights.h"
 #include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/cuda/context.h"
+#include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
 #include "lmx/ops/cuda/elementwise.h"
 #include "lmx/ops/cuda/linear.h"
@@ -27,6 +28,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lmx {
@@ -452,6 +454,42 @@ TEST_F(CudaMoeTest, QuantizedExpertsMatchTheReference) {
           x, r, got, [&](const Tensor& xs, const Routing& rs) { return run_quantized(m, xs, rs, ctx()); },
           what);
   }
+}
+
+// The grouped prefill GEMM computes rows of a 128-row tile past its chunk (another expert's pairs, pairs
+// whose expert id is out of range, rows past those in use) and never stores them, and the scattered x
+// preparation leaves the xp rows that no pair names as they were. Stale values there must not reach any
+// output: with the projections' input scratch filled with NaN first and a tenth of the pairs routed to
+// invalid experts (-1 or E), the outputs are the bits of a run on a fresh context, and they match the
+// reference.
+TEST_F(CudaMoeTest, QuantizedGroupedPrefillIgnoresStaleInputRows) {
+  constexpr int64_t kTokens = 300, kHidden = 256, kInter = 192;
+  constexpr int kExperts = 16, kTopK = 4;
+  QuantizedMoe m;
+  m.gate = quantized_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
+  m.up = quantized_stack(kExperts, kInter, kHidden, 4, 64, DType::kBF16);
+  m.down = quantized_stack(kExperts, kHidden, kInter, 4, 64, DType::kBF16);
+  m.upload();
+  const Tensor x = test::random_tensor({kTokens, kHidden});
+  Routing r = make_routing(kTokens, kExperts, kTopK, false);
+  int32_t* ids = r.experts.data<int32_t>();
+  for (int64_t i = 0; i < kTokens * kTopK; i += 10) ids[i] = (i / 10) % 2 == 0 ? -1 : kExperts;
+  CudaContext fresh(0);
+  const Tensor want = run_quantized(m, x, r, fresh);
+  // The projections' bf16 input scratch and the f32 activations (gate/up rows, expert outputs) all NaN, each
+  // larger than the call needs (a scratch slot only grows, so the call reuses them).
+  const size_t pairs = static_cast<size_t>(kTokens * kTopK);
+  for (const auto& [slot, bytes] :
+       {std::pair{cuda::Scratch::kLinearInput, 4 * pairs * (kHidden + kInter)},
+        std::pair{cuda::Scratch::kMoeActivations, 4 * pairs * (2 * kInter + kHidden) + 4096}})
+    LMX_CUDA_CHECK(cudaMemset(ctx().scratch(slot, bytes), 0xFF, bytes));
+  LMX_CUDA_CHECK(cudaDeviceSynchronize());
+  const Tensor got = run_quantized(m, x, r, ctx());
+  EXPECT_TRUE(bits_equal(got.data<float>(), want.data<float>(), got.numel()))
+      << "stale xp rows changed outputs";
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_TRUE(std::isfinite(got.data<float>()[i])) << "output " << i;
+  expect_close_to_reference(got, tensor_core_reference(m, x, r), "stale rows");
 }
 
 TEST_F(CudaMoeTest, QuantizedUnalignedCodesTakeThePackedPath) {
