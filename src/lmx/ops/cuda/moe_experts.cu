@@ -38,27 +38,6 @@ using moe::WeightStack;
 constexpr int kMaxExperts = 4096;  // group_pairs_kernel keeps 4 ints per expert in shared memory (64 KiB)
 constexpr int kGroupThreads = 1024;
 
-// f(i, experts[i]) for the pairs i = first, first + stride, .. in order, with the expert ids of up to
-// kGroupBatch pairs loaded before any is used.
-constexpr int kGroupBatch = 8;
-template <class Fn>
-__device__ __forceinline__ void for_each_pair(const int32_t* __restrict__ experts, int pairs, int first,
-                                              int stride, Fn&& f) {
-  for (int base = first; base < pairs; base += kGroupBatch * stride) {
-    int e[kGroupBatch];
-#pragma unroll
-    for (int b = 0; b < kGroupBatch; ++b) {
-      const int i = base + b * stride;
-      e[b] = i < pairs ? experts[i] : -1;
-    }
-#pragma unroll
-    for (int b = 0; b < kGroupBatch; ++b) {
-      const int i = base + b * stride;
-      if (i < pairs) f(i, e[b]);
-    }
-  }
-}
-
 // Counting sort of pairs by expert, by one thread-block cluster (the whole grid: gridDim.x blocks, at most
 // kGroupBlocks). Block b takes the pairs i ≡ b·kGroupThreads + tid (mod gridDim.x·kGroupThreads) and counts
 // them per expert in its shared memory; after a cluster barrier every block reads all blocks' counts
@@ -86,12 +65,13 @@ __global__ void __launch_bounds__(kGroupThreads)
   const int first = block * kGroupThreads + tid;
   for (int e = tid; e < num_experts; e += kGroupThreads) count[e] = 0;
   __syncthreads();
-  for_each_pair(experts, pairs, first, stride, [&](int i, int e) {
+  for (int i = first; i < pairs; i += stride) {
+    const int e = experts[i];
     if (e >= 0 && e < num_experts)
       atomicAdd(&count[e], 1);
     else
       row_of[i] = -1;
-  });
+  }
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's counts are final
   for (int e = tid; e < num_experts; e += kGroupThreads) {
@@ -142,13 +122,14 @@ __global__ void __launch_bounds__(kGroupThreads)
     }
     __syncthreads();
   }
-  for_each_pair(experts, pairs, first, stride, [&](int i, int e) {
+  for (int i = first; i < pairs; i += stride) {
+    const int e = experts[i];
     if (e >= 0 && e < num_experts) {
       const int row = atomicAdd(&fill[e], 1);
       sorted_pair[row] = i;
       row_of[i] = row;
     }
-  });
+  }
   cluster.sync();  // no block leaves while another may still read its counts
 }
 
@@ -158,15 +139,12 @@ __global__ void __launch_bounds__(kGroupThreads)
 void launch_group_pairs(const int32_t* experts, int pairs, int num_experts, int m_tile, int4* chunks,
                         int* chunk_count, int32_t* sorted_pair, int32_t* row_of, cudaStream_t stream) {
   static const int forced = static_cast<int>(env_integer("LMX_MOE_GROUP_BLOCKS", 0, 0, kGroupBlocks));
-  static const bool sized = [] {
-    LMX_CUDA_CHECK(cudaFuncSetAttribute(group_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(sizeof(int) * 4 * kMaxExperts)));
-    return true;
-  }();
-  (void)sized;
   const int blocks = forced > 0 ? forced : std::clamp((pairs + 2047) / 2048, 1, kGroupBlocks);
-  launch_clustered(group_pairs_kernel, blocks, kGroupThreads,
-                   sizeof(int) * 4 * static_cast<size_t>(num_experts), stream, static_cast<unsigned>(blocks),
+  const size_t smem = sizeof(int) * 4 * static_cast<size_t>(num_experts);
+  // Per call (cheap, host-side), as launch_prefill_tiles does, so that every device the process uses gets it.
+  LMX_CUDA_CHECK(cudaFuncSetAttribute(group_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)));
+  launch_clustered(group_pairs_kernel, blocks, kGroupThreads, smem, stream, static_cast<unsigned>(blocks),
                    experts, pairs, num_experts, m_tile, chunks, chunk_count, sorted_pair, row_of);
 }
 
