@@ -57,6 +57,10 @@ LMX_PREFILL_ROWS_FIRST=1 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:C
   --gtest_brief=1
 LMX_PREFILL_SMALL_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' \
   --gtest_brief=1
+# The grouped prefill's chunks of at most 128 rows (sm_90 gives bf16-scaled 4-bit stacks chunks of up to 160 on the
+# wgmma kernel's 160-row instance; same bits).
+echo "== MoE with LMX_PREFILL_WIDE_CHUNKS=0"
+LMX_PREFILL_WIDE_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
 # The grouped gate/up projection's x prepared per pair row (the default prepares each token row once and stores it
 # to its pairs' rows; same xp rows).
 echo "== MoE with LMX_PREFILL_SCATTER=0"

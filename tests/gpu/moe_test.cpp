@@ -422,6 +422,9 @@ TEST_F(CudaMoeTest, QuantizedExpertsMatchTheReference) {
       {64, 128, 96, 16, 2, 4, 4, 4, 32, DType::kBF16, true},
       {64, 256, 64, 128, 8, 4, 4, 4, 64, DType::kBF16, false},
       {64, 2048, 128, 16, 8, 4, 4, 4, 128, DType::kF32, false},  // several segments over H
+      // ~150 pairs per expert: on sm_90 one chunk each on the wgmma kernel's 160-row instance (split: several
+      // segments over H), else a 128-pair chunk and one of at most 32.
+      {600, 2048, 256, 16, 4, 4, 4, 4, 64, DType::kBF16, false},
       // 8-bit and 3-bit formats, and the down projection in another format (then every projection runs
       // the grouped kernel's format dispatch, also at T ≤ 4).
       {1, 128, 64, 16, 2, 8, 8, 8, 64, DType::kBF16, false},

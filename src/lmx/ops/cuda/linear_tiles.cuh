@@ -899,7 +899,10 @@ struct PrefillChunks {
   const int* chunk_count = nullptr;
   int experts = 0;
   bool rows_first = false;  // weight row tiles along grid x, x tiles (chunks) along y
+  int chunk_rows = kTileM;  // the most rows of a chunk: kTileM, or kWideChunkRows (prefill_chunk_rows)
 };
+// Chunks of up to 160 rows: the wgmma kernel's wide instance (m64n160k16) takes them whole.
+constexpr int kWideChunkRows = 160;
 
 // A prefill block's x rows [tok_tile, m_end), its weight row tile's first row (row_tile) and the weight's
 // first row in a stack (expert_row0): from its grid indices, and its chunk of `grouped`. False when the block
@@ -1132,9 +1135,13 @@ void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream, const X
 // the environment (A/B runs).
 bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
                           cudaStream_t stream);
+// The most rows a grouped prefill chunk may hold for the stack of p (sm90a/prefill_wgmma.cu): kWideChunkRows
+// where the wgmma kernel runs p (4-bit codes with bf16 scales on sm_90), else kTileM.
+// LMX_PREFILL_WIDE_CHUNKS=0 in the environment says kTileM (A/B runs).
+int prefill_chunk_rows(const Problem& p);
 // The MoE's grouped prefill (quantized_gemm.cu): p.weight a stack of p.n-row experts, p.m the pair rows,
 // x rows gathered by `rows` into xp, then the prefill kernel over up to max_chunks chunks of `grouped`
-// (each up to kTileM rows of one expert); out rows are pair rows.
+// (each up to grouped.chunk_rows rows of one expert); out rows are pair rows.
 void launch_prefill_grouped(const Problem& p, const XRows& rows, const PrefillChunks& grouped, int max_chunks,
                             uint32_t* xp, cudaStream_t stream);
 // A quantized weight's problem (quantized_linear.cu): the weight format from its bits and the alignment of

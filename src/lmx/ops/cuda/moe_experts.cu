@@ -150,12 +150,12 @@ void launch_group_pairs(const int32_t* experts, int pairs, int num_experts, int 
 
 // Rows per chunk for a pass of `tokens` tokens: 1 (ungrouped) while few pairs share an expert; then, for
 // the tensor-core kernels, 8 (one mma column tile of expert_mma_kernel) or, from 4 pairs per expert on
-// average, kGroupedGemmRows (the prefill GEMM's tile); for the dense kernel 4 or 8.
-constexpr int kGroupedGemmRows = static_cast<int>(linear::kTileM);
-int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts, bool tensor_cores) {
+// average, grouped_rows (the prefill GEMM's chunk: kTileM or linear::kWideChunkRows); for the dense kernel 4
+// or 8.
+int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts, bool tensor_cores, int grouped_rows) {
   if (tokens <= 4 || 2 * pairs <= num_experts) return 1;
   const bool few = pairs <= 4 * static_cast<int64_t>(num_experts);
-  if (tensor_cores) return few ? moe::kExpertMmaPairs : kGroupedGemmRows;
+  if (tensor_cores) return few ? moe::kExpertMmaPairs : grouped_rows;
   return few ? 4 : 8;
 }
 
@@ -184,11 +184,13 @@ size_t align256(size_t bytes) {
 }
 
 // Runs the passes; project(p, down, m_tile, grid_y) enqueues one projection with the weight fields of
-// p filled in by the caller.
+// p filled in by the caller. grouped_rows: the tensor-core kernels' chunk rows when many pairs share an
+// expert.
 template <class Launch>
 void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                        int top_k, int num_experts, int64_t hidden, int64_t inter, float* out,
-                       const MoeOutputNorms* norms, bool tensor_cores, CudaContext& ctx, const Launch& project) {
+                       const MoeOutputNorms* norms, bool tensor_cores, int grouped_rows, CudaContext& ctx,
+                       const Launch& project) {
   const int64_t pass_tokens = moe_pass_tokens(tokens, top_k, hidden, inter);
   const int64_t max_pairs = pass_tokens * top_k;
   // Scratch: hbuf [pairs, 2I] then y [pairs, H]; routing tables.
@@ -210,7 +212,7 @@ void run_expert_passes(const float* x, int64_t tokens, const int32_t* experts, c
     const int64_t count = std::min(pass_tokens, tokens - t0);
     const int64_t pairs = count * top_k;
     const int32_t* pass_experts = experts + t0 * top_k;
-    const int m_tile = choose_m_tile(count, pairs, num_experts, tensor_cores);
+    const int m_tile = choose_m_tile(count, pairs, num_experts, tensor_cores, grouped_rows);
     int64_t grid_y = pairs;
     if (m_tile > 1) {
       grid_y = chunk_bound(pairs, m_tile, num_experts);
@@ -381,8 +383,8 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
       }
     }
     const linear::Problem q = pair_problem(w, p.x, p.x_stride, p.pairs, p.out, p.out_stride);
-    if (m_tile == kGroupedGemmRows) {
-      // Many pairs per expert: the prefill GEMM over chunks of up to 128 pairs of one expert, x gathered
+    if (m_tile >= static_cast<int>(linear::kTileM)) {
+      // Many pairs per expert: the prefill GEMM over chunks of up to m_tile pairs of one expert, x gathered
       // (gate/up: the pairs' token rows, each token's row prepared once and stored to its top_k pair rows;
       // down: the GeGLU of each pair's gate/up row) into bf16 tiles.
       linear::XRows rows;
@@ -396,6 +398,7 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
         rows.up_stride = p.x_stride;
       }
       linear::PrefillChunks grouped{p.chunks, p.chunk_count, p.num_experts};
+      grouped.chunk_rows = m_tile;
       auto* xp = static_cast<uint32_t*>(ctx.scratch(Scratch::kLinearInput, linear::prefill_scratch_bytes(q)));
       linear::launch_prefill_grouped(q, rows, grouped, grid_y, xp, ctx.stream());
       return;
@@ -409,8 +412,12 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
     p.x_vec4 = q.x_vec4 && (!is_down || p.inter % 4 == 0);
     moe::launch_quantized_projection(p, q, is_down, grid_y, ctx.stream());
   };
+  // Chunks as wide as the grouped GEMM of both projections takes (one sort serves both).
+  const int grouped_rows =
+      std::min(linear::prefill_chunk_rows(pair_problem(gate_up, x, hidden, 2, nullptr, 2 * inter)),
+               linear::prefill_chunk_rows(pair_problem(down, nullptr, 2 * inter, 2, nullptr, hidden)));
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
-                    norms, /*tensor_cores=*/true, ctx, project);
+                    norms, /*tensor_cores=*/true, grouped_rows, ctx, project);
 }
 
 void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
@@ -450,7 +457,7 @@ void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, c
     moe::launch_dense_projection(p, w.dtype, is_down, m_tile, grid_y, ctx.stream());
   };
   run_expert_passes(x, tokens, experts, weights, top_k, static_cast<int>(num_experts), hidden, inter, out,
-                    norms, /*tensor_cores=*/false, ctx, project);
+                    norms, /*tensor_cores=*/false, static_cast<int>(linear::kTileM), ctx, project);
 }
 
 }  // namespace lmx::cuda

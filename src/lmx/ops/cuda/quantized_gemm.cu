@@ -1,6 +1,7 @@
 // Prefill path of the tensor-core projections (dense bf16 and quantized): x preparation and
 // linear_prefill_kernel for every weight format (linear_tiles.cuh), or its wgmma twin on sm_90
 // (sm90a/prefill_wgmma.cu).
+#include "lmx/core/error.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
@@ -42,6 +43,10 @@ void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChu
   PrefillChunks grouped = chunk_table;  // with the grid order decided here
   grouped.rows_first = prefill_rows_first(p, chunk_table.chunks != nullptr, grid_x);
   if (launch_prefill_wgmma(p, xp, grouped, grid_x, stream)) return;
+  LMX_REQUIRE(
+      Error, grouped.chunks == nullptr || grouped.chunk_rows <= kTileM,
+      "cuda: grouped prefill chunks of {} rows need the wgmma kernel, which refused a {} x {} projection",
+      grouped.chunk_rows, p.n, p.k);
   if (p.segments > 1)
     prefill_kernel<F, true>(p, xp, grouped, grid_x, stream);
   else

@@ -34,21 +34,31 @@ namespace {
 
 using namespace sm90a;
 
-// kN: the x rows of a tile — kTileM (128), or 32 for the MoE's small chunks (launch_prefill_wgmma): fewer
-// columns per wgmma, the same per-column chain (an output's bits do not depend on N).
+// kN: the x rows of a tile — kTileM (128); 32 for the MoE's small chunks, or kWideChunkRows (160) for its
+// chunks of up to 160 rows (launch_prefill_wgmma): other columns per wgmma, the same per-column chain (an
+// output's bits do not depend on N).
+// The 160-row instance's 80 accumulators per thread do not fit under the register cap of nine warps (168: an
+// SM sub-partition holds three of them, 3 x 32 x 168 <= 16 384), so its producer is a warpgroup of four warps
+// (one issues the copies) that gives its registers to the consumers (setmaxnreg): 128 x 40 + 256 x 232 = the
+// 384 x 168 the block is launched with.
 template <class F, bool kSplit, int kN>
 struct WgmmaConfig {
-  static_assert(kN == 32 || kN == 128, "wgmma_m64nNk16 exists for N = 32 and 128");
+  static_assert(kN == 32 || kN == 128 || kN == kWideChunkRows, "wgmma_m64nNk16 exists for N = 32, 128, 160");
   static constexpr int kAcc = kN / 2;  // accumulators per thread: the warpgroup's 64 x kN f32
   static constexpr int kABytes = PrefillConfig<F>::kABytes;
   static constexpr int kBBytes = kN * 256;  // (a multiple of 1024: the swizzled halves stay aligned)
   static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kStages = 4;
   static constexpr int kTotalBytes = kSplit ? kAcc * 256 * 4 : 0;  // segment totals, as the mma.sync kernel's
+  static constexpr int kMaxSmem = 227 * 1024;
+  static constexpr int kStages = 4 * kStageBytes + kTotalBytes + 2 * 4 * 8 <= kMaxSmem ? 4 : 3;
   static constexpr int kSmemBytes = kStages * kStageBytes + kTotalBytes + 2 * kStages * 8;  // + mbarriers
-  static_assert(kSmemBytes <= 227 * 1024);
-  static constexpr int kConsumers = 256;            // two warpgroups
-  static constexpr int kThreads = kConsumers + 32;  // and the producer warp
+  static_assert(kSmemBytes <= kMaxSmem);
+  static constexpr int kConsumers = 256;  // two warpgroups
+  static constexpr bool kProducerGroup = kN == kWideChunkRows;
+  static constexpr int kThreads = kConsumers + (kProducerGroup ? 128 : 32);  // and the producer warp(group)
+  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+  static_assert(!kProducerGroup ||
+                128 * kProducerRegisters + kConsumers * kConsumerRegisters <= kThreads * 168);
 };
 
 // The tensor maps of a launch (TMA): the weight's codes as bytes [rows of the whole stack][row bytes], box 64
@@ -101,12 +111,46 @@ __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
       : "memory");
 }
+// The same for 160 x rows (wgmma m64n160k16): d[4 nt + i], nt < 20.
+__device__ __forceinline__ void wgmma_m64n160k16(float (&d)[80], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, "
+      "%71, %72, %73, %74, %75, %76, %77, %78, %79}, {%80, %81, %82, %83}, %84, p, 1, 1, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+      : "memory");
+}
 template <int kN>
 __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc) {
   if constexpr (kN == 128)
     wgmma_m64n128k16(d, a, desc);
+  else if constexpr (kN == kWideChunkRows)
+    wgmma_m64n160k16(d, a, desc);
   else
     wgmma_m64n32k16(d, a, desc);
+}
+// Hopper's per-warpgroup register reallocation (every thread of the warpgroup executes it).
+template <int kRegisters>
+__device__ __forceinline__ void set_max_registers_down() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void set_max_registers_up() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
 }
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -191,8 +235,9 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
   }
   __syncthreads();
 
-  if (warp == C::kConsumers / 32) {  // the producer warp: one lane issues every chunk's copies
-    if (lane == 0) {
+  if (warp >= C::kConsumers / 32) {  // the producer warp(group): one lane issues every chunk's copies
+    if constexpr (C::kProducerGroup) set_max_registers_down<C::kProducerRegisters>();
+    if (warp == C::kConsumers / 32 && lane == 0) {
       const int weight_row = static_cast<int>(expert_row0 + row_tile), x_row = static_cast<int>(tok_tile);
       for (int n = 0; n < chunks; ++n) {
         const int st = n % kStages;
@@ -206,6 +251,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
     }
     return;
   }
+  if constexpr (C::kProducerGroup) set_max_registers_up<C::kConsumerRegisters>();
 
   // This lane's weight rows: warpgroup warp / 4, its warp warp % 4, half h → local row 16 warp + 8 h + g.
   int64_t rows[2];
@@ -427,21 +473,41 @@ bool small_chunk_kernel_enabled() {
 
 }  // namespace
 
+int prefill_chunk_rows(const Problem& p) {
+  static const bool wide = env_flag_on("LMX_PREFILL_WIDE_CHUNKS");
+  const bool applies = wide && p.format == WeightFormat::kQ4 && p.scale_dtype == DType::kBF16 &&
+                       (p.row_words * 4) % 16 == 0 && wgmma_enabled() && device_is_sm90();
+  return applies ? kWideChunkRows : kTileM;
+}
+
 bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
                           cudaStream_t stream) {
   // 4-bit codes with 16-byte aligned rows only (the checkpoints' format): the other formats keep the mma.sync
   // kernel (instantiated for every format, this file grew the xz-compressed device bundle from 7 to 17 MB).
   if (p.format != WeightFormat::kQ4 || !wgmma_enabled() || !device_is_sm90()) return false;
-  const bool small = grouped.chunks != nullptr && small_chunk_kernel_enabled();
+  const bool grouping = grouped.chunks != nullptr;
+  // Wide chunks (prefill_chunk_rows: bf16 scales only, the checkpoints' kind — every instance adds to the
+  // device bundle) run on the 160-row instance, others on the 128-row one.
+  const bool wide = grouping && grouped.chunk_rows > kTileM;
+  if (wide && (grouped.chunk_rows != kWideChunkRows || p.scale_dtype != DType::kBF16)) return false;
+  const bool small = grouping && small_chunk_kernel_enabled();
   WgmmaMaps maps, small_maps;
-  if (!make_maps(p, xp, grouped, kTileM, maps)) return false;
+  if (!make_maps(p, xp, grouped, wide ? kWideChunkRows : kTileM, maps)) return false;
   if (small) {  // the same weight map; only the x boxes are shorter
     small_maps.weight = maps.weight;
     if (!encode_x_map(p, xp, kSmallChunkRows, small_maps.x)) return false;
   }
+  const WgmmaRows big_rows{small ? kSmallChunkRows : 0};
   with_q4_format(p, [&](auto f) {
     using F = decltype(f);
-    launch_kernel<F, kTileM>(p, xp, grouped, grid_x, maps, WgmmaRows{small ? kSmallChunkRows : 0}, stream);
+    if constexpr (std::is_same_v<typename F::ScaleType, __nv_bfloat16>) {
+      if (wide)
+        launch_kernel<F, kWideChunkRows>(p, xp, grouped, grid_x, maps, big_rows, stream);
+      else
+        launch_kernel<F, kTileM>(p, xp, grouped, grid_x, maps, big_rows, stream);
+    } else {
+      launch_kernel<F, kTileM>(p, xp, grouped, grid_x, maps, big_rows, stream);
+    }
     if (small) launch_kernel<F, kSmallChunkRows>(p, xp, grouped, grid_x, small_maps, WgmmaRows{0}, stream);
   });
   return true;
