@@ -1,7 +1,9 @@
-// `lmx bench`: prefill and decode throughput, weight bytes per token and peak RSS for a model.
+// `lmx bench`: prefill and decode throughput, weight bytes per token, the prefill's FLOP rate and peak RSS
+// for a model.
 #include "commands.h"
 
 #include "lmx/core/thread_pool.h"
+#include "lmx/model/forward_flops.h"
 #include "lmx/model/language_model.h"
 #include "lmx/ops/ops.h"
 
@@ -71,6 +73,9 @@ Verb add_bench(CLI::App& app) {
             const double peak_rss_mb = usage.ru_maxrss / 1024.0;
             const double bytes_per_token = static_cast<double>(model->weight_bytes_per_token());
             const double prefill_tok_s = opt->prompt_tokens / prefill_s, decode_tok_s = opt->gen_tokens / decode_s;
+            // The prefill's useful work (forward_flops.h: matmuls and attention) per second.
+            const double prefill_tflop_s =
+                prefill_flops(model->config(), opt->prompt_tokens).total() / prefill_s / 1e12;
             nlohmann::json out = {{"model", opt->model},
                                   {"device", model->device_description()},
                                   {"threads", default_pool().threads()},
@@ -79,6 +84,7 @@ Verb add_bench(CLI::App& app) {
                                   {"gen_tokens", opt->gen_tokens},
                                   {"warmup", !opt->no_warmup},
                                   {"prefill_tok_s", prefill_tok_s},
+                                  {"prefill_tflop_s", prefill_tflop_s},
                                   {"decode_tok_s", decode_tok_s},
                                   {"weight_bytes_per_token", bytes_per_token},
                                   {"decode_weight_gb_s", bytes_per_token * decode_tok_s / 1e9},
@@ -88,7 +94,8 @@ Verb add_bench(CLI::App& app) {
             } else {
               std::printf("model            %s\ndevice           %s\nthreads          %d\nload             %.2f s\n",
                           opt->model.c_str(), model->device_description().c_str(), default_pool().threads(), load_s);
-              std::printf("prefill          %d tokens, %.2f tok/s\n", opt->prompt_tokens, prefill_tok_s);
+              std::printf("prefill          %d tokens, %.2f tok/s (%.2f TFLOP/s)\n", opt->prompt_tokens,
+                          prefill_tok_s, prefill_tflop_s);
               std::printf("decode           %d tokens, %.2f tok/s\n", opt->gen_tokens, decode_tok_s);
               std::printf("weights/token    %.3f GB (%.2f GB/s at the decode rate)\n", bytes_per_token / 1e9,
                           bytes_per_token * decode_tok_s / 1e9);

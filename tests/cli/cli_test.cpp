@@ -77,7 +77,8 @@ TEST(Cli, SynthThenBench) {
   RunResult bench = run_lmx("bench --model " + dir.file("model") + " --prompt-tokens 16 --gen-tokens 4 --threads 1 --json");
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   auto json = nlohmann::json::parse(bench.output);
-  for (const char* key : {"prefill_tok_s", "decode_tok_s", "weight_bytes_per_token", "peak_rss_mb"})
+  for (const char* key :
+       {"prefill_tok_s", "prefill_tflop_s", "decode_tok_s", "weight_bytes_per_token", "peak_rss_mb"})
     EXPECT_GT(json[key].get<double>(), 0) << key;
   EXPECT_EQ(json["threads"], 1);
   EXPECT_EQ(json["warmup"], true);
