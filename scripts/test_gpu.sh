@@ -57,6 +57,11 @@ LMX_PREFILL_ROWS_FIRST=1 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:C
   --gtest_brief=1
 LMX_PREFILL_SMALL_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' \
   --gtest_brief=1
+# Plain prefill launches on 128-row x tiles only (the default runs a launch of one 128-row tile on the 32-row
+# instance when those tiles fit one wave: most of the tiny models' projections and small linear cases; same bits).
+echo "== prefill with LMX_PREFILL_SHORT_TILES=0"
+LMX_PREFILL_SHORT_TILES=0 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
+  --gtest_brief=1
 # The grouped prefill's chunks of at most 128 rows (sm_90 gives bf16-scaled 4-bit stacks chunks of up to 160 on the
 # wgmma kernel's 160-row instance; same bits).
 echo "== MoE with LMX_PREFILL_WIDE_CHUNKS=0"

@@ -905,16 +905,17 @@ struct PrefillChunks {
 constexpr int kWideChunkRows = 160;
 
 // A prefill block's x rows [tok_tile, m_end), its weight row tile's first row (row_tile) and the weight's
-// first row in a stack (expert_row0): from its grid indices, and its chunk of `grouped`. False when the block
-// has no work (a grouped block past the chunk count, or whose expert id is out of range); block-uniform.
+// first row in a stack (expert_row0): from its grid indices, and its chunk of `grouped` (a plain launch: x
+// tiles of x_rows rows). False when the block has no work (a grouped block past the chunk count, or whose
+// expert id is out of range); block-uniform.
 struct PrefillTile {
   int64_t tok_tile = 0, m_end = 0, expert_row0 = 0, row_tile = 0;
 };
 __device__ __forceinline__ bool prefill_tile(const Problem& p, const PrefillChunks& grouped,
-                                             PrefillTile& tile) {
+                                             PrefillTile& tile, int x_rows = kTileM) {
   const unsigned x_index = grouped.rows_first ? blockIdx.y : blockIdx.x;
   tile.row_tile = static_cast<int64_t>(grouped.rows_first ? blockIdx.x : blockIdx.y) * kTileN;
-  tile.tok_tile = static_cast<int64_t>(x_index) * kTileM;
+  tile.tok_tile = static_cast<int64_t>(x_index) * x_rows;
   tile.m_end = p.m;
   tile.expert_row0 = 0;
   if (grouped.chunks == nullptr) return true;

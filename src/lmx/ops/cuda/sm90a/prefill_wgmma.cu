@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
   wait_for_prior_kernels();
   allow_next_kernel();
   PrefillTile tile;
-  if (!prefill_tile(p, grouped, tile)) return;
+  if (!prefill_tile(p, grouped, tile, kN)) return;
   const int64_t tok_tile = tile.tok_tile, m_end = tile.m_end, expert_row0 = tile.expert_row0;
   if (grouped.chunks != nullptr && (m_end - tok_tile <= take.min_rows || m_end - tok_tile > kN)) return;
   using C = WgmmaConfig<F, kSplit, kN>;
@@ -471,6 +471,23 @@ bool small_chunk_kernel_enabled() {
   return enabled;
 }
 
+// Plain launches of one 128-row x tile (prompts of 33..128 tokens) run on the 32-row instance when its blocks
+// still fit one wave: a block of 32 x rows does a quarter of the tensor-core work over the same weight tile,
+// so the wave ends sooner (H200, 128-token prompts: E4B prefill +36 %, 26B-A4B +10 %). Same per-column
+// chains, so the same bits. Not for several x tiles: the MoE router at 2048 tokens (16 blocks of 128 rows,
+// which run beside the dense MLP on the routing stream) on 64 blocks of 32 made 26B-A4B's prefill 0.9 %
+// slower. LMX_PREFILL_SHORT_TILES=0 in the environment keeps 128-row tiles (A/B runs).
+bool short_tiles_pay(const Problem& p, int64_t grid_x) {
+  static const bool enabled = env_flag_on("LMX_PREFILL_SHORT_TILES");
+  if (!enabled || grid_x != 1) return false;
+  int device = 0, sms = 0;
+  LMX_CUDA_CHECK(cudaGetDevice(&device));
+  LMX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t short_tiles = (p.m + kSmallChunkRows - 1) / kSmallChunkRows,
+                row_tiles = (p.n + kTileN - 1) / kTileN;
+  return short_tiles > 1 && short_tiles * row_tiles <= sms;
+}
+
 }  // namespace
 
 int prefill_chunk_rows(const Problem& p) {
@@ -491,6 +508,16 @@ bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChu
   const bool wide = grouping && grouped.chunk_rows > kTileM;
   if (wide && (grouped.chunk_rows != kWideChunkRows || p.scale_dtype != DType::kBF16)) return false;
   const bool small = grouping && small_chunk_kernel_enabled();
+  if (!grouping && short_tiles_pay(p, grid_x)) {
+    WgmmaMaps short_maps;
+    if (!make_maps(p, xp, grouped, kSmallChunkRows, short_maps)) return false;
+    const int64_t short_tiles = (p.m + kSmallChunkRows - 1) / kSmallChunkRows;
+    with_q4_format(p, [&](auto f) {
+      launch_kernel<decltype(f), kSmallChunkRows>(p, xp, grouped, short_tiles, short_maps, WgmmaRows{0},
+                                                  stream);
+    });
+    return true;
+  }
   WgmmaMaps maps, small_maps;
   if (!make_maps(p, xp, grouped, wide ? kWideChunkRows : kTileM, maps)) return false;
   if (small) {  // the same weight map; only the x boxes are shorter
