@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU benchmarks for docs/benchmarks.md: writes synthetic 4-bit (group 64) checkpoints of the given
 # Gemma 4 presets and runs `lmx bench --device cuda` at each prompt length, one JSON line per run (and
-# how long each checkpoint took to write, on stderr).
+# how long each checkpoint took to write, on stderr). tools/bench_table.py turns the JSON lines into the table of
+# docs/benchmarks.md (prefill TFLOP/s as a share of the bf16 peak, decode as a share of its roofline).
 # Usage: scripts/bench_gpu.sh [--presets "gemma4-e4b gemma4-26b-a4b"] [--prompts "512 2048 8192"]
 #                             [--gen 128] [--dir /dev/shm/lmx-synth]
 set -euo pipefail
