@@ -6,10 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 
-TOOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "bench_table.py")
+from tool_runner import TOOLS, run_tool
+
 
 
 def bench_line(**fields):
@@ -20,12 +20,7 @@ def bench_line(**fields):
 
 
 def run(text, *args):
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write(text)
-    try:
-        return subprocess.run([sys.executable, TOOL, f.name, *args], capture_output=True, text=True)
-    finally:
-        os.unlink(f.name)
+    return run_tool("bench_table.py", text, ".txt", *args)
 
 
 class BenchTable(unittest.TestCase):
@@ -59,7 +54,7 @@ class BenchTable(unittest.TestCase):
             r = run(text)
             self.assertNotEqual(r.returncode, 0, text)
             self.assertIn(message, r.stderr, text)
-        r = subprocess.run([sys.executable, TOOL, "/nonexistent/bench.txt"], capture_output=True, text=True)
+        r = subprocess.run([sys.executable, os.path.join(TOOLS, "bench_table.py"), "/nonexistent/bench.txt"], capture_output=True, text=True)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("cannot read /nonexistent/bench.txt", r.stderr)
         r = run(bench_line(), "--peak-tflops", "0")

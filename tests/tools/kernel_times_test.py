@@ -2,13 +2,10 @@
 """Tests of tools/kernel_times.py (the ncu CSV summariser behind scripts/profile_gpu.sh): a well-formed
 CSV is split into steps at the argmax kernel and averaged; malformed inputs exit non-zero with a message
 naming the problem."""
-import os
-import subprocess
-import sys
-import tempfile
 import unittest
 
-TOOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "kernel_times.py")
+from tool_runner import run_tool
+
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
           '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
 
@@ -24,12 +21,7 @@ ARGMAX = "void lmx::cuda::<unnamed>::argmax_rows_kernel<true>(const float *, lon
 
 
 def run(text, *args):
-    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
-        f.write(text)
-    try:
-        return subprocess.run([sys.executable, TOOL, f.name, *args], capture_output=True, text=True)
-    finally:
-        os.unlink(f.name)
+    return run_tool("kernel_times.py", text, ".csv", *args)
 
 
 class KernelTimes(unittest.TestCase):
