@@ -12,10 +12,11 @@
 // range exit without writing: the combine kernel derives each token's chunk range from the same
 // device-side q_pos / kv_len, so a CUDA graph captured with max_kv_len = capacity replays correctly.
 #include "lmx/ops/cuda/attention.h"
-#include "lmx/ops/cuda/elementwise_util.cuh"
-#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/elementwise_util.cuh"
+#include "lmx/ops/cuda/launch.cuh"
 
 #include <algorithm>
 #include <map>
@@ -146,11 +147,10 @@ int resident_blocks(const void* kernel, int threads, int smem_bytes) {
   std::lock_guard lock(g_cache_mutex);
   auto it = g_resident.find(key);
   if (it != g_resident.end()) return it->second;
-  int per_sm = 0, sms = 0;
+  int per_sm = 0;
   LMX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
-  LMX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   if (per_sm < 1) throw CudaError("cuda attention: prefill kernel cannot be resident on this device");
-  const int resident = per_sm * sms;
+  const int resident = per_sm * current_multiprocessors();
   g_resident[key] = resident;
   return resident;
 }

@@ -134,6 +134,13 @@ int device_count() {
   return count;
 }
 
+int current_multiprocessors() {
+  int device = 0, sms = 0;
+  LMX_CUDA_CHECK(cudaGetDevice(&device));
+  LMX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 std::string device_description(int index) {
   cudaDeviceProp prop{};
   LMX_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));

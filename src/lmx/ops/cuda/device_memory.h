@@ -85,6 +85,8 @@ std::vector<T> download_vector(const DeviceBuffer& buffer, size_t count) {
 
 // Number of visible CUDA devices (0 when there is no driver or no GPU; never throws).
 int device_count();
+// Streaming multiprocessors of the current device.
+int current_multiprocessors();
 // "NVIDIA H200, 139.8 GiB, sm_90" for device `index`.
 std::string device_description(int index);
 

@@ -22,6 +22,7 @@
 // at most 32 rows, which the 128-row instance then skips (launch_prefill_wgmma).
 // Block-to-tile mapping (x-first or rows-first grid): prefill_tile, linear_tiles.cuh.
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/device_memory.h"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 #include "lmx/ops/cuda/sm90a/wgmma.cuh"
@@ -477,15 +478,13 @@ bool small_chunk_kernel_enabled() {
 // chains, so the same bits. Not for several x tiles: the MoE router at 2048 tokens (16 blocks of 128 rows,
 // which run beside the dense MLP on the routing stream) on 64 blocks of 32 made 26B-A4B's prefill 0.9 %
 // slower. LMX_PREFILL_SHORT_TILES=0 in the environment keeps 128-row tiles (A/B runs).
-bool short_tiles_pay(const Problem& p, int64_t grid_x) {
+// The 32-row x tiles of such a launch, or 0 where 128-row tiles stay.
+int64_t short_tiles(const Problem& p, int64_t grid_x) {
   static const bool enabled = env_flag_on("LMX_PREFILL_SHORT_TILES");
-  if (!enabled || grid_x != 1) return false;
-  int device = 0, sms = 0;
-  LMX_CUDA_CHECK(cudaGetDevice(&device));
-  LMX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t short_tiles = (p.m + kSmallChunkRows - 1) / kSmallChunkRows,
+  if (!enabled || grid_x != 1) return 0;
+  const int64_t tiles = (p.m + kSmallChunkRows - 1) / kSmallChunkRows,
                 row_tiles = (p.n + kTileN - 1) / kTileN;
-  return short_tiles > 1 && short_tiles * row_tiles <= sms;
+  return tiles > 1 && tiles * row_tiles <= current_multiprocessors() ? tiles : 0;
 }
 
 }  // namespace
@@ -508,13 +507,11 @@ bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChu
   const bool wide = grouping && grouped.chunk_rows > kTileM;
   if (wide && (grouped.chunk_rows != kWideChunkRows || p.scale_dtype != DType::kBF16)) return false;
   const bool small = grouping && small_chunk_kernel_enabled();
-  if (!grouping && short_tiles_pay(p, grid_x)) {
+  if (const int64_t tiles = grouping ? 0 : short_tiles(p, grid_x); tiles > 0) {
     WgmmaMaps short_maps;
     if (!make_maps(p, xp, grouped, kSmallChunkRows, short_maps)) return false;
-    const int64_t short_tiles = (p.m + kSmallChunkRows - 1) / kSmallChunkRows;
     with_q4_format(p, [&](auto f) {
-      launch_kernel<decltype(f), kSmallChunkRows>(p, xp, grouped, short_tiles, short_maps, WgmmaRows{0},
-                                                  stream);
+      launch_kernel<decltype(f), kSmallChunkRows>(p, xp, grouped, tiles, short_maps, WgmmaRows{0}, stream);
     });
     return true;
   }
