@@ -73,6 +73,12 @@ LMX_PREFILL_SMALL_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.
 echo "== prefill with LMX_PREFILL_SHORT_TILES=0"
 LMX_PREFILL_SHORT_TILES=0 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
   --gtest_brief=1
+# Every plain prefill launch of several x tiles on 96-row tiles, and none (the default takes them where the 128-row
+# grid ends in a partly filled wave and the 96-row one takes fewer waves; same bits).
+echo "== prefill with LMX_PREFILL_NARROW_TILES=2, then =0"
+LMX_PREFILL_NARROW_TILES=2 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
+  --gtest_brief=1
+LMX_PREFILL_NARROW_TILES=0 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:*CudaTinyModels.*' --gtest_brief=1
 # The grouped prefill's chunks of at most 128 rows (sm_90 gives bf16-scaled 4-bit stacks chunks of up to 160 on the
 # wgmma kernel's 160-row instance; same bits).
 echo "== MoE with LMX_PREFILL_WIDE_CHUNKS=0"

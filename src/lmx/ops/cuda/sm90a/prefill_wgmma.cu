@@ -35,16 +35,21 @@ namespace {
 
 using namespace sm90a;
 
-// kN: the x rows of a tile — kTileM (128); 32 for the MoE's small chunks, or kWideChunkRows (160) for its
-// chunks of up to 160 rows (launch_prefill_wgmma): other columns per wgmma, the same per-column chain (an
-// output's bits do not depend on N).
+// x rows of the tiles of plain launches whose 128-row grid ends in a partly filled wave (narrow_tiles).
+constexpr int kNarrowTileRows = 96;
+
+// kN: the x rows of a tile — kTileM (128); 32 for the MoE's small chunks and for short prompts,
+// kWideChunkRows (160) for the MoE's chunks of up to 160 rows, or kNarrowTileRows (96) for plain launches
+// whose waves 96-row tiles fill better (launch_prefill_wgmma): other columns per wgmma, the same per-column
+// chain (an output's bits do not depend on N).
 // The 160-row instance's 80 accumulators per thread do not fit under the register cap of nine warps (168: an
 // SM sub-partition holds three of them, 3 x 32 x 168 <= 16 384), so its producer is a warpgroup of four warps
 // (one issues the copies) that gives its registers to the consumers (setmaxnreg): 128 x 40 + 256 x 232 = the
 // 384 x 168 the block is launched with.
 template <class F, bool kSplit, int kN>
 struct WgmmaConfig {
-  static_assert(kN == 32 || kN == 128 || kN == kWideChunkRows, "wgmma_m64nNk16 exists for N = 32, 128, 160");
+  static_assert(kN == 32 || kN == kNarrowTileRows || kN == 128 || kN == kWideChunkRows,
+                "wgmma_m64nNk16 exists for N = 32, 96, 128, 160");
   static constexpr int kAcc = kN / 2;  // accumulators per thread: the warpgroup's 64 x kN f32
   static constexpr int kABytes = PrefillConfig<F>::kABytes;
   static constexpr int kBBytes = kN * 256;  // (a multiple of 1024: the swizzled halves stay aligned)
@@ -112,6 +117,25 @@ __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
       : "memory");
 }
+// The same for 96 x rows (wgmma m64n96k16): d[4 nt + i], nt < 12.
+__device__ __forceinline__ void wgmma_m64n96k16(float (&d)[48], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+      : "memory");
+}
 // The same for 160 x rows (wgmma m64n160k16): d[4 nt + i], nt < 20.
 __device__ __forceinline__ void wgmma_m64n160k16(float (&d)[80], const uint32_t (&a)[4], uint64_t desc) {
   asm volatile(
@@ -139,6 +163,8 @@ template <int kN>
 __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc) {
   if constexpr (kN == 128)
     wgmma_m64n128k16(d, a, desc);
+  else if constexpr (kN == kNarrowTileRows)
+    wgmma_m64n96k16(d, a, desc);
   else if constexpr (kN == kWideChunkRows)
     wgmma_m64n160k16(d, a, desc);
   else
@@ -487,6 +513,31 @@ int64_t short_tiles(const Problem& p, int64_t grid_x) {
   return tiles > 1 && tiles * row_tiles <= current_multiprocessors() ? tiles : 0;
 }
 
+// Plain launches of at least one full wave of 128-row tiles whose last wave is partly filled run on 96-row x
+// tiles where that takes less time by waves: a 96-row block dequantizes the same weight tile for three
+// quarters of the tensor work and costs kNarrowTileCost of a 128-row block (H200, whole waves of 8192 x 2816
+// and 20480 x 2560 at 2048 rows: 0.78-0.79). At 2048 tokens E2B's N = 1536 projections (o, down) take 192
+// blocks of 128 rows, 1.45 waves of 132 SMs, or 264 blocks of 96 rows, two full waves: 134 -> 111 us for the
+// down projection, E2B's prefill +4.8 % (docs/benchmarks.md, twenty-second pass). Launches under one wave
+// keep 128-row tiles (the one-tile ones are short_tiles'): taking them too gave E4B at 512 tokens +5.7 % but
+// 26B-A4B -1.2 %, whose dense MLP runs beside the routing stream, so more blocks may take SMs from it (not
+// profiled). Same per-column chains, so the same bits. LMX_PREFILL_NARROW_TILES=0 in the environment keeps
+// 128-row tiles, =2 takes 96-row tiles for every plain launch of more than one (A/B runs and tests).
+// The 96-row x tiles of such a launch, or 0 where 128-row tiles stay.
+constexpr double kNarrowTileCost = 0.8;
+int64_t narrow_tiles(const Problem& p, int64_t grid_x) {
+  static const int64_t mode = env_integer("LMX_PREFILL_NARROW_TILES", 1, 0, 2);
+  if (mode == 0 || grid_x < 2) return 0;
+  const int64_t tiles = (p.m + kNarrowTileRows - 1) / kNarrowTileRows,
+                row_tiles = (p.n + kTileN - 1) / kTileN, sms = current_multiprocessors();
+  if (tiles > 65535) return 0;  // (grid y holds at most 65535 tiles in the rows-first order)
+  if (mode == 2) return tiles;
+  const int64_t blocks = grid_x * row_tiles;
+  if (blocks < sms) return 0;
+  const auto waves = [&](int64_t n) { return static_cast<double>((n + sms - 1) / sms); };
+  return waves(tiles * row_tiles) * kNarrowTileCost < waves(blocks) ? tiles : 0;
+}
+
 }  // namespace
 
 int prefill_chunk_rows(const Problem& p) {
@@ -512,6 +563,18 @@ bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChu
     if (!make_maps(p, xp, grouped, kSmallChunkRows, short_maps)) return false;
     with_q4_format(p, [&](auto f) {
       launch_kernel<decltype(f), kSmallChunkRows>(p, xp, grouped, tiles, short_maps, WgmmaRows{0}, stream);
+    });
+    return true;
+  }
+  // (96-row tiles for bf16 scales only, the checkpoints' kind: every instance adds to the device bundle.)
+  if (const int64_t tiles = grouping || p.scale_dtype != DType::kBF16 ? 0 : narrow_tiles(p, grid_x);
+      tiles > 0) {
+    WgmmaMaps narrow_maps;
+    if (!make_maps(p, xp, grouped, kNarrowTileRows, narrow_maps)) return false;
+    with_q4_format(p, [&](auto f) {
+      using F = decltype(f);
+      if constexpr (std::is_same_v<typename F::ScaleType, __nv_bfloat16>)
+        launch_kernel<F, kNarrowTileRows>(p, xp, grouped, tiles, narrow_maps, WgmmaRows{0}, stream);
     });
     return true;
   }
