@@ -571,12 +571,15 @@ bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChu
       tiles > 0) {
     WgmmaMaps narrow_maps;
     if (!make_maps(p, xp, grouped, kNarrowTileRows, narrow_maps)) return false;
+    bool launched = false;
     with_q4_format(p, [&](auto f) {
       using F = decltype(f);
-      if constexpr (std::is_same_v<typename F::ScaleType, __nv_bfloat16>)
+      if constexpr (std::is_same_v<typename F::ScaleType, __nv_bfloat16>) {
         launch_kernel<F, kNarrowTileRows>(p, xp, grouped, tiles, narrow_maps, WgmmaRows{0}, stream);
+        launched = true;
+      }
     });
-    return true;
+    if (launched) return true;  // (else the 128-row tiles below)
   }
   WgmmaMaps maps, small_maps;
   if (!make_maps(p, xp, grouped, wide ? kWideChunkRows : kTileM, maps)) return false;
