@@ -29,14 +29,22 @@ while (($#)); do
     *) break ;;
   esac
 done
+# The test sets the passes below rerun.
+q4_tests='CudaLinear.Quantized*:CudaMoeTest.Quantized*'
+prefill_tests='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*'
+moe_tests='CudaMoeTest.*:*CudaTinyModels.*'
+attention_tests='CudaAttention.*:*CudaTinyModels.*'
+# run_pass VAR=VALUE... FILTER: the tests FILTER selects, with those settings in the environment.
+run_pass() {
+  env "${@:1:$#-1}" "${runner[@]}" "$binary" --gtest_filter="${!#}" --gtest_brief=1
+}
 if [ "$part" != 2 ]; then
 "${runner[@]}" "$binary" "$@"
 for stages in 2 4; do
   for tiles in 1 2; do
     for split in 1 2; do
       echo "== batch-1 4-bit kernel with LMX_Q4_STAGES=$stages LMX_Q4_TILES=$tiles LMX_Q4_SPLIT=$split"
-      LMX_Q4_STAGES=$stages LMX_Q4_TILES=$tiles LMX_Q4_SPLIT=$split "${runner[@]}" "$binary" \
-        --gtest_filter='CudaLinear.Quantized*:CudaMoeTest.Quantized*' --gtest_brief=1
+      run_pass LMX_Q4_STAGES=$stages LMX_Q4_TILES=$tiles LMX_Q4_SPLIT=$split "$q4_tests"
     done
   done
 done
@@ -44,58 +52,51 @@ done
 # portable clusters only (8); the default folds them inside each work item's cluster up to 16 chunk slots.
 for fold in 0 8; do
   echo "== decode attention with LMX_ATTN_CLUSTER_FOLD=$fold"
-  LMX_ATTN_CLUSTER_FOLD=$fold "${runner[@]}" "$binary" --gtest_filter='CudaAttention.*:*CudaTinyModels.*' \
-    --gtest_brief=1
+  run_pass LMX_ATTN_CLUSTER_FOLD=$fold "$attention_tests"
 done
 # The scale-window copy of the batch-1 4-bit kernel with one lane per row and with whole rows per
 # instruction (q4_window_shift; the default mixes the two by block height).
 for lanes in 1 32; do
   echo "== batch-1 4-bit kernel with LMX_Q4_WINDOW_LANES=$lanes"
-  LMX_Q4_WINDOW_LANES=$lanes "${runner[@]}" "$binary" --gtest_filter='CudaLinear.Quantized*:CudaMoeTest.Quantized*' \
-    --gtest_brief=1
+  run_pass LMX_Q4_WINDOW_LANES=$lanes "$q4_tests"
 done
 fi
 [ "$part" != 1 ] || exit 0
 # The 4-bit prefill on the mma.sync kernel (the wgmma kernel is the default on sm_90; both give the same bits).
 echo "== prefill with LMX_PREFILL_WGMMA=0"
-LMX_PREFILL_WGMMA=0 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
-  --gtest_brief=1
+run_pass LMX_PREFILL_WGMMA=0 "$prefill_tests"
 # Every prefill launch in the rows-first grid order (the default takes it for the MoE's grouped launches and
 # for projections whose prepared x outweighs the weight), and the grouped prefill with every chunk on 128-row
 # tiles (the default gives chunks of at most 32 rows a 32-row-tile kernel). Same bits either way.
 echo "== prefill with LMX_PREFILL_ROWS_FIRST=1, then the grouped prefill with LMX_PREFILL_SMALL_CHUNKS=0"
-LMX_PREFILL_ROWS_FIRST=1 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
-  --gtest_brief=1
-LMX_PREFILL_SMALL_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' \
-  --gtest_brief=1
+run_pass LMX_PREFILL_ROWS_FIRST=1 "$prefill_tests"
+run_pass LMX_PREFILL_SMALL_CHUNKS=0 "$moe_tests"
 # Plain prefill launches on 128-row x tiles only (the default runs a launch of one 128-row tile on the 32-row
 # instance when those tiles fit one wave: most of the tiny models' projections and small linear cases; same bits).
 echo "== prefill with LMX_PREFILL_SHORT_TILES=0"
-LMX_PREFILL_SHORT_TILES=0 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
-  --gtest_brief=1
+run_pass LMX_PREFILL_SHORT_TILES=0 "$prefill_tests"
 # Every plain prefill launch of several x tiles on 96-row tiles, and none (the default takes them where the 128-row
 # grid ends in a partly filled wave and the 96-row one takes fewer waves; same bits).
 echo "== prefill with LMX_PREFILL_NARROW_TILES=2, then =0"
-LMX_PREFILL_NARROW_TILES=2 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:CudaMoeTest.*:*CudaTinyModels.*' \
-  --gtest_brief=1
-LMX_PREFILL_NARROW_TILES=0 "${runner[@]}" "$binary" --gtest_filter='CudaLinear.*:*CudaTinyModels.*' --gtest_brief=1
+run_pass LMX_PREFILL_NARROW_TILES=2 "$prefill_tests"
+run_pass LMX_PREFILL_NARROW_TILES=0 'CudaLinear.*:*CudaTinyModels.*'
 # The grouped prefill's chunks of at most 128 rows (sm_90 gives bf16-scaled 4-bit stacks chunks of up to 160 on the
 # wgmma kernel's 160-row instance; same bits).
 echo "== MoE with LMX_PREFILL_WIDE_CHUNKS=0"
-LMX_PREFILL_WIDE_CHUNKS=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
+run_pass LMX_PREFILL_WIDE_CHUNKS=0 "$moe_tests"
 # The grouped gate/up projection's x prepared per pair row (the default prepares each token row once and stores it
 # to its pairs' rows; same xp rows).
 echo "== MoE with LMX_PREFILL_SCATTER=0"
-LMX_PREFILL_SCATTER=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
+run_pass LMX_PREFILL_SCATTER=0 "$moe_tests"
 # The pair sort on a cluster of 8 blocks for every call (the default takes one block per 2048 pairs: one for the
 # tests' small calls).
 echo "== MoE with LMX_MOE_GROUP_BLOCKS=8"
-LMX_MOE_GROUP_BLOCKS=8 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
+run_pass LMX_MOE_GROUP_BLOCKS=8 "$moe_tests"
 # The MoE tests with the "several segments over H" case's gate/up (256 x 2048) in 8 K segments, the most a block
 # holds (expert_segments gives at most kExpertSegmentsMost = 3), and the combine on its uncapped kernel.
 echo "== MoE with LMX_MOE_SEGMENTS=256x2048=8, then LMX_COMBINE_CAPPED=0"
-LMX_MOE_SEGMENTS=256x2048=8 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*' --gtest_brief=1
-LMX_COMBINE_CAPPED=0 "${runner[@]}" "$binary" --gtest_filter='CudaMoeTest.*:*CudaTinyModels.*' --gtest_brief=1
+run_pass LMX_MOE_SEGMENTS=256x2048=8 'CudaMoeTest.*'
+run_pass LMX_COMBINE_CAPPED=0 "$moe_tests"
 # The prefill attention of head dims 129..256 on the mma.sync kernel (sm_90 runs the wgmma one; same bits).
 echo "== attention with LMX_ATTN_WGMMA=0"
-LMX_ATTN_WGMMA=0 "${runner[@]}" "$binary" --gtest_filter='CudaAttention.*:*CudaTinyModels.*' --gtest_brief=1
+run_pass LMX_ATTN_WGMMA=0 "$attention_tests"
