@@ -538,6 +538,24 @@ int64_t narrow_tiles(const Problem& p, int64_t grid_x) {
   return waves(tiles * row_tiles) * kNarrowTileCost < waves(blocks) ? tiles : 0;
 }
 
+// A plain launch of `tiles` x tiles of kN rows each on the kN-row instance. False (nothing enqueued) where
+// TMA cannot describe the arrays, or for a format without that instance (96 rows: bf16 scales only).
+template <int kN>
+bool launch_plain(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t tiles,
+                  cudaStream_t stream) {
+  WgmmaMaps maps;
+  if (!make_maps(p, xp, grouped, kN, maps)) return false;
+  bool launched = false;
+  with_q4_format(p, [&](auto f) {
+    using F = decltype(f);
+    if constexpr (kN != kNarrowTileRows || std::is_same_v<typename F::ScaleType, __nv_bfloat16>) {
+      launch_kernel<F, kN>(p, xp, grouped, tiles, maps, WgmmaRows{0}, stream);
+      launched = true;
+    }
+  });
+  return launched;
+}
+
 }  // namespace
 
 int prefill_chunk_rows(const Problem& p) {
@@ -558,28 +576,12 @@ bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChu
   const bool wide = grouping && grouped.chunk_rows > kTileM;
   if (wide && (grouped.chunk_rows != kWideChunkRows || p.scale_dtype != DType::kBF16)) return false;
   const bool small = grouping && small_chunk_kernel_enabled();
-  if (const int64_t tiles = grouping ? 0 : short_tiles(p, grid_x); tiles > 0) {
-    WgmmaMaps short_maps;
-    if (!make_maps(p, xp, grouped, kSmallChunkRows, short_maps)) return false;
-    with_q4_format(p, [&](auto f) {
-      launch_kernel<decltype(f), kSmallChunkRows>(p, xp, grouped, tiles, short_maps, WgmmaRows{0}, stream);
-    });
-    return true;
-  }
-  // (96-row tiles for bf16 scales only, the checkpoints' kind: every instance adds to the device bundle.)
-  if (const int64_t tiles = grouping || p.scale_dtype != DType::kBF16 ? 0 : narrow_tiles(p, grid_x);
-      tiles > 0) {
-    WgmmaMaps narrow_maps;
-    if (!make_maps(p, xp, grouped, kNarrowTileRows, narrow_maps)) return false;
-    bool launched = false;
-    with_q4_format(p, [&](auto f) {
-      using F = decltype(f);
-      if constexpr (std::is_same_v<typename F::ScaleType, __nv_bfloat16>) {
-        launch_kernel<F, kNarrowTileRows>(p, xp, grouped, tiles, narrow_maps, WgmmaRows{0}, stream);
-        launched = true;
-      }
-    });
-    if (launched) return true;  // (else the 128-row tiles below)
+  if (!grouping) {  // plain launches on other x tile heights (same bits)
+    if (const int64_t tiles = short_tiles(p, grid_x); tiles > 0)
+      return launch_plain<kSmallChunkRows>(p, xp, grouped, tiles, stream);
+    // (96-row tiles for bf16 scales only, the checkpoints' kind: every instance adds to the device bundle.)
+    if (const int64_t tiles = p.scale_dtype == DType::kBF16 ? narrow_tiles(p, grid_x) : 0; tiles > 0)
+      return launch_plain<kNarrowTileRows>(p, xp, grouped, tiles, stream);
   }
   WgmmaMaps maps, small_maps;
   if (!make_maps(p, xp, grouped, wide ? kWideChunkRows : kTileM, maps)) return false;
