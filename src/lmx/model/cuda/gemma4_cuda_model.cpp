@@ -9,6 +9,7 @@
 #include "lmx/ops/cuda/attention.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise.h"
+#include "lmx/ops/cuda/per_layer_input.h"
 #include "lmx/ops/ops.h"
 
 #include <algorithm>
@@ -529,6 +530,30 @@ void Gemma4CudaModel::enqueue_ffn(int layer, const StepPlan& plan) {
   }
 }
 
+bool Gemma4CudaModel::enqueue_per_layer_input_step(int layer, const StepPlan& plan, float* next_normed,
+                                                   const float* next_norm) {
+  const DeviceLayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
+  if (plan.tokens != 1 || !lw.per_layer_input_gate.quantized || !lw.per_layer_projection.quantized)
+    return false;
+  Workspace& w = *ws_;
+  const int64_t width = config_.hidden_size_per_layer_input;
+  cuda::PerLayerInputStep step;
+  step.x = w.x.as<float>();
+  step.mlp_out = w.ffn.as<float>();
+  step.mlp_out_norm = lw.post_feedforward_layernorm.get();
+  step.gate = &lw.per_layer_input_gate.packed;
+  step.layer_input = w.ple.as<float>() + layer * width;
+  step.projection = &lw.per_layer_projection.packed;
+  step.projection_norm = lw.post_per_layer_input_norm.get();
+  step.layer_scalar = lw.layer_scalar;
+  step.next_normed = next_normed;
+  step.next_norm = next_norm;
+  step.dim = static_cast<int>(config_.hidden_size);
+  step.width = static_cast<int>(width);
+  step.eps = config_.rms_norm_eps;
+  return cuda::per_layer_input_step(step, ctx_);
+}
+
 void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
   Workspace& w = *ws_;
   const cudaStream_t s = ctx_.stream();
@@ -562,7 +587,7 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
       if (residual)
         cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), lw.layer_scalar,
                             next_normed, next_norm, t, static_cast<int>(hidden), eps, s);
-    } else {
+    } else if (!(residual && !skip.ple && enqueue_per_layer_input_step(i, plan, next_normed, next_norm))) {
       if (residual)
         cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), 1.0f, nullptr, nullptr,
                             t, static_cast<int>(hidden), eps, s);

@@ -64,6 +64,11 @@ class Gemma4CudaModel final : public LanguageModel {
   void enqueue_attention(int layer, const StepPlan& plan);
   void enqueue_ffn(int layer, const StepPlan& plan);
   void enqueue_per_layer_inputs(const StepPlan& plan);
+  // A single-token step's MLP residual step and per-layer-input block of `layer` in one kernel
+  // (cuda::per_layer_input_step, the same bits as the four kernels it replaces); false, having enqueued
+  // nothing, when that kernel does not apply.
+  bool enqueue_per_layer_input_step(int layer, const StepPlan& plan, float* next_normed,
+                                    const float* next_norm);
   // Runs a planned step: direct launches, or a captured graph for single-token steps.
   void run_step(const StepPlan& plan);
   // The MoE routing of `layer` (moe_inputs, router projection, moe_route): on the routing stream when there

@@ -20,6 +20,8 @@
 // ex2.approx), so nvcc cannot contract differently in the two kernels.
 #pragma once
 
+#include "lmx/ops/cuda/kernel_limits.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -481,13 +483,5 @@ constexpr int prefill_rows(int dim_tier, bool wgmma) {
 // Tile list + persistent tiled kernel (the wgmma one when `wgmma`, from prefill_wgmma_runs); p.work, p.gh,
 // p.head_blocks, p.tokens_per_item set for prefill_rows(dim_tier, wgmma) rows per item.
 void launch_prefill(const Params& p, int dim_tier, bool wgmma, cudaStream_t stream);
-// Raises the kernel's dynamic shared-memory limit on the current device once.
-void ensure_smem(const void* kernel, int bytes);
-// Resident blocks per SM × SMs of the current device for a kernel shape (cached per device).
-int resident_blocks(const void* kernel, int threads, int smem_bytes);
-// Whether thread-block clusters of `blocks` blocks (along y) of the kernel can be resident on the current
-// device (cudaOccupancyMaxActiveClusters ≥ 1; past 8 blocks after opting the kernel in to non-portable
-// sizes). Cached per (kernel, device, blocks); the kernel's shared-memory limit must already be raised.
-bool clusters_fit(const void* kernel, int threads, int smem_bytes, int blocks);
 
 }  // namespace lmx::cuda::attn

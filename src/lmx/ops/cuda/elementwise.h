@@ -29,6 +29,11 @@ void rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_stride, 
 // left unchanged and must not alias x or normed.
 void residual_norm(float* x, const float* a, const float* a_weight, float scale, float* normed,
                    const float* normed_weight, int64_t rows, int dim, float eps, cudaStream_t stream);
+// The threads per row with which residual_norm runs a row of `dim` columns whose buffers allow 16-byte loads:
+// thread i holds float4 columns i + j · threads (j < 4) and the sums of squares go through detail::block_sum.
+// 0 when such rows take the wide kernel instead. Fused kernels that take a residual step reproduce its bits
+// with this schedule (per_layer_input.cu).
+int residual_norm_float4_threads(int dim);
 
 // Rotate-half RoPE in place. Head h of token t starts at x + t * token_stride + h * head_dim.
 // angle = float(positions[t]) * inv_freq[i] (f32), cosf/sinf; pairs (i, i + head_dim/2); pairs whose

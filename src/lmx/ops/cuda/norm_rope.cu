@@ -154,15 +154,27 @@ int max_block_threads(const void* kernel) {
   return attributes.maxThreadsPerBlock / 32 * 32;
 }
 
+// Threads per block of residual_norm_kernel<V> for rows of n V-columns (kPer each).
+template <typename V>
+int residual_norm_threads(int n) {
+  constexpr int kPer = residual_norm_per_thread<V>();
+  return std::max(32, (n + kPer - 1) / kPer + 31) / 32 * 32;
+}
+
+// Register-limited block size of residual_norm_kernel<V> (the build targets one architecture, sm_90).
+template <typename V>
+int residual_norm_fitting() {
+  static const int fitting = max_block_threads(reinterpret_cast<const void*>(&residual_norm_kernel<V>));
+  return fitting;
+}
+
 template <typename V>
 void launch_residual_norm(float* x, const float* a, const float* a_weight, float scale, float* normed,
                           const float* normed_weight, int64_t rows, int dim, float eps, cudaStream_t stream) {
   constexpr int kLanes = sizeof(V) / sizeof(float);
-  constexpr int kPer = residual_norm_per_thread<V>();
   const int n = dim / kLanes;
-  const int threads = std::max(32, (n + kPer - 1) / kPer + 31) / 32 * 32;
-  // Register-limited block sizes of the two kernels (the build targets one architecture, sm_90).
-  static const int fitting = max_block_threads(reinterpret_cast<const void*>(&residual_norm_kernel<V>));
+  const int threads = residual_norm_threads<V>(n);
+  const int fitting = residual_norm_fitting<V>();
   static const int fitting_wide = max_block_threads(reinterpret_cast<const void*>(&residual_norm_wide_kernel<V>));
   const unsigned grid = grid_blocks(rows, 1, kMaxRowBlocks);
   auto* xv = reinterpret_cast<V*>(x);
@@ -221,6 +233,12 @@ void rms_norm(const float* x, int64_t x_stride, float* out, int64_t out_stride, 
     else
       launch_rms_norm<float, false>(x, x_stride, out, out_stride, rows, dim, weight, eps, stream);
   }
+}
+
+int residual_norm_float4_threads(int dim) {
+  if (dim <= 0 || dim % 4 != 0) return 0;
+  const int threads = residual_norm_threads<float4>(dim / 4);
+  return threads <= residual_norm_fitting<float4>() ? threads : 0;
 }
 
 void residual_norm(float* x, const float* a, const float* a_weight, float scale, float* normed,
