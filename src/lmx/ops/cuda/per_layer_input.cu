@@ -126,25 +126,15 @@ __device__ __forceinline__ void request_tiles(const Problem& w, int first, int c
   request_bytes(biases, static_cast<const unsigned char*>(w.biases) + first_byte, bytes);
 }
 
-// xs = the bf16 pairs of v[0, k) (times gelu_tanh of itself with `up` when kGelu: gelu_tanh_mul(v, up)), in
-// q4_gemv_kernel's staging order: chunk j's 64 words, pair 4 i + e of lane group (c = xc) from columns
-// 32 c + 8 i + e and + 4.
-template <bool kGelu>
-__device__ __forceinline__ void stage_pairs(const float* v, const float* up, int k, uint32_t* xs) {
+// xs = the bf16 pairs of v[0, k) in q4_gemv_kernel's staging order: chunk j's 64 words, pair 4 i + e of lane
+// group (c = xc) from columns 32 c + 8 i + e and + 4.
+__device__ __forceinline__ void stage_pairs(const float* v, int k, uint32_t* xs) {
   for (int i = threadIdx.x; i < k / 8; i += blockDim.x) {
     const int chunk = i >> 4, xc = (i >> 2) & 3, q = i & 3;
-    const int col = chunk * kChunk + 32 * xc + 8 * q;
-    float lo[4], hi[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      lo[e] = v[col + e], hi[e] = v[col + 4 + e];
-      if constexpr (kGelu)
-        lo[e] = detail::gelu_tanh_mul(lo[e], up[col + e]),
-        hi[e] = detail::gelu_tanh_mul(hi[e], up[col + 4 + e]);
-    }
+    const float* col = v + chunk * kChunk + 32 * xc + 8 * q;
     *reinterpret_cast<uint4*>(xs + chunk * 64 + xc * 16 + 4 * q) =
-        make_uint4(linear::pack_bf16x2(lo[0], hi[0]), linear::pack_bf16x2(lo[1], hi[1]),
-                   linear::pack_bf16x2(lo[2], hi[2]), linear::pack_bf16x2(lo[3], hi[3]));
+        make_uint4(linear::pack_bf16x2(col[0], col[4]), linear::pack_bf16x2(col[1], col[5]),
+                   linear::pack_bf16x2(col[2], col[6]), linear::pack_bf16x2(col[3], col[7]));
   }
 }
 
@@ -264,7 +254,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32) per_layer_input_kernel(const P
   auto at = [&](int offset) { return smem + offset; };
   auto vec = [&](int offset) { return reinterpret_cast<float*>(smem + offset); };
   auto vec4 = [&](int offset) { return reinterpret_cast<float4*>(smem + offset); };
-  const float* null_vector = nullptr;
 
   // Constant data (and the per-layer input, written at the step's start) before the wait.
   request_tiles<kScaleSize>(p.gate, gate_first, gate_count, at(l.gate_w), at(l.gate_s), at(l.gate_b));
@@ -293,18 +282,22 @@ __global__ void __launch_bounds__(kMaxWarps * 32) per_layer_input_kernel(const P
   // The gate rows, to every block of the cluster.
   uint32_t* xs = reinterpret_cast<uint32_t*>(at(l.xs));
   float* partial = vec(l.partial);
-  stage_pairs<false>(vec(l.x), null_vector, p.dim, xs);
+  stage_pairs(vec(l.x), p.dim, xs);
   __syncthreads();
   project_tiles<F>(p.gate, gate_count, at(l.gate_w), at(l.gate_s), at(l.gate_b), xs, partial);
   __syncthreads();
-  for (int i = threadIdx.x; i < 16 * gate_count; i += blockDim.x) {
-    const float v = row_total(partial, p.gate.segments, i);
-    for (int b = 0; b < blocks; ++b) cluster.map_shared_rank(vec(l.gate_out), b)[16 * gate_first + i] = v;
+  // (One thread per (row, block): the row's total and its GeGLU product with the layer input, formed once
+  // per thread rather than in sequence by the few threads that stage the projection's input.)
+  for (int i = threadIdx.x; i < 16 * gate_count * blocks; i += blockDim.x) {
+    const int row = i % (16 * gate_count), b = i / (16 * gate_count);
+    const int r = 16 * gate_first + row;
+    const float v = detail::gelu_tanh_mul(row_total(partial, p.gate.segments, row), vec(l.layer_input)[r]);
+    cluster.map_shared_rank(vec(l.gate_out), b)[r] = v;
   }
   cluster.sync();
 
   // The projection's rows, to block 0.
-  stage_pairs<true>(vec(l.gate_out), vec(l.layer_input), p.width, xs);
+  stage_pairs(vec(l.gate_out), p.width, xs);
   __syncthreads();
   project_tiles<F>(p.proj, proj_count, at(l.proj_w), at(l.proj_s), at(l.proj_b), xs, partial);
   __syncthreads();
