@@ -3,7 +3,8 @@
 # against the transformers goldens and the CPU, batch invariance on the GPU; then the quantized
 # projection and MoE expert tests again with each plan of the batch-1 4-bit kernel forced (ring depth LMX_Q4_STAGES,
 # rows per warp LMX_Q4_TILES, blocks per row tile LMX_Q4_SPLIT, then lanes per row of the scale-window copy
-# LMX_Q4_WINDOW_LANES), since a run picks one plan per shape; then the projections, MoE and models with the
+# LMX_Q4_WINDOW_LANES), since a run picks one plan per shape, and the models with the per-layer-input block unfused
+# and on clusters of 8 (LMX_PLE_FUSED=0, LMX_PLE_CLUSTER=8); then the projections, MoE and models with the
 # mma.sync prefill kernel instead of the wgmma one (LMX_PREFILL_WGMMA=0; sm_90 picks wgmma for 4-bit weights), and
 # with the prefill grid order and the small-chunk kernel of the grouped prefill forced; then the MoE tests with the
 # experts' gate/up x prepared per pair row and with the pair sort on a cluster of 8 blocks, with 8 expert segments
@@ -54,6 +55,12 @@ for fold in 0 8; do
   echo "== decode attention with LMX_ATTN_CLUSTER_FOLD=$fold"
   run_pass LMX_ATTN_CLUSTER_FOLD=$fold "$attention_tests"
 done
+# The per-layer-input block of single-token steps as four kernels (LMX_PLE_FUSED=0; the default runs the one fused
+# kernel where it applies: the "ple-q4" tiny model), and the fused kernel on clusters of 8 blocks (the default takes
+# 16 where the device holds them). Same bits either way.
+echo "== per-layer-input block with LMX_PLE_FUSED=0, then LMX_PLE_CLUSTER=8"
+run_pass LMX_PLE_FUSED=0 '*CudaTinyModels.*'
+run_pass LMX_PLE_CLUSTER=8 'CudaPerLayerInput.*:*CudaTinyModels.*'
 # The scale-window copy of the batch-1 4-bit kernel with one lane per row and with whole rows per
 # instruction (q4_window_shift; the default mixes the two by block height).
 for lanes in 1 32; do

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 namespace lmx {
 namespace {
@@ -173,6 +175,14 @@ TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
   EXPECT_GE(graphed->graph_captures(), 2);  // buckets 256 and 512
   EXPECT_GT(graphed->graph_replays(), 250);
   EXPECT_EQ(direct->graph_replays(), 0);
+  // The shape made for it decodes through the fused per-layer-input kernel (4 layers a step), unless a test
+  // pass turned that kernel off (LMX_PLE_FUSED=0: scripts/test_gpu.sh).
+  const char* fused = std::getenv("LMX_PLE_FUSED");
+  const bool fused_on = fused == nullptr || std::string_view(fused) != "0";
+  if (GetParam() == "ple-q4" && fused_on)
+    EXPECT_EQ(direct->fused_per_layer_input_steps(), 4 * static_cast<int64_t>(prompt.size() - 7));
+  else
+    EXPECT_EQ(direct->fused_per_layer_input_steps(), 0);
 }
 
 TEST_P(CudaTinyModels, RejectsBadInput) {
@@ -195,7 +205,7 @@ TEST_P(CudaTinyModels, RejectsBadInput) {
   EXPECT_EQ(seq->length(), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaTinyModels, ::testing::ValuesIn(test::tiny_config_names()),
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaTinyModels, ::testing::ValuesIn(test::gpu_tiny_config_names()),
                          test::ParamName());
 
 }  // namespace

@@ -14,6 +14,12 @@ namespace lmx::test {
 
 std::vector<std::string> tiny_config_names() { return {"e2b", "moe", "dense", "e2b-q4", "moe-q4"}; }
 
+std::vector<std::string> gpu_tiny_config_names() {
+  std::vector<std::string> names = tiny_config_names();
+  names.push_back("ple-q4");
+  return names;
+}
+
 nlohmann::json tiny_config(const std::string& requested) {
   const std::string name = requested.substr(0, requested.find("-q4"));
   nlohmann::json c = {
@@ -29,6 +35,16 @@ nlohmann::json tiny_config(const std::string& requested) {
               {"hidden_size_per_layer_input", 8}, {"vocab_size_per_layer_input", 300}, {"use_double_wide_mlp", true}});
     c["layer_types"] = {"sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
                         "sliding_attention", "sliding_attention", "full_attention"};
+  } else if (name == "ple") {
+    c.update({{"hidden_size", 256},
+              {"intermediate_size", 512},
+              {"num_hidden_layers", 4},
+              {"num_key_value_heads", 1},
+              {"sliding_window", 8},
+              {"num_kv_shared_layers", 1},
+              {"hidden_size_per_layer_input", 128},
+              {"vocab_size_per_layer_input", 300}});
+    c["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
   } else if (name == "moe") {
     c.update({{"num_hidden_layers", 6}, {"num_key_value_heads", 2}, {"num_global_key_value_heads", 1},
               {"attention_k_eq_v", true}, {"sliding_window", 12}, {"enable_moe_block", true}, {"num_experts", 8},

@@ -13,6 +13,10 @@ namespace lmx::test {
 // global KV heads), "dense" (k_eq_v, no softcapping); "e2b-q4" and "moe-q4" are the same shapes
 // MLX-quantized at 4 bits, group 32 (modules whose input is not a multiple of 32 stay dense).
 std::vector<std::string> tiny_config_names();
+// "ple-q4": E2B's layout at widths the batch-1 CUDA kernels take whole (hidden 256, per-layer inputs 128,
+// 4-bit group 32), so that its decode steps run the fused per-layer-input kernel
+// (cuda::per_layer_input_step). GPU tests only.
+std::vector<std::string> gpu_tiny_config_names();
 nlohmann::json tiny_config(const std::string& name);
 // Writes the synthetic checkpoint once per process into a temp dir and returns its path.
 std::string tiny_model_dir(const std::string& name);

@@ -551,7 +551,9 @@ bool Gemma4CudaModel::enqueue_per_layer_input_step(int layer, const StepPlan& pl
   step.dim = static_cast<int>(config_.hidden_size);
   step.width = static_cast<int>(width);
   step.eps = config_.rms_norm_eps;
-  return cuda::per_layer_input_step(step, ctx_);
+  if (!cuda::per_layer_input_step(step, ctx_)) return false;
+  ++fused_per_layer_input_steps_;
+  return true;
 }
 
 void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {

@@ -45,6 +45,9 @@ class Gemma4CudaModel final : public LanguageModel {
   // Graph replays and captures so far (tests check that decode steps replay).
   int graph_replays() const { return graph_replays_; }
   int graph_captures() const { return graph_captures_; }
+  // Layers whose per-layer-input block was enqueued as the one fused kernel (enqueue_per_layer_input_step),
+  // counted at enqueue time (a captured graph's replays do not count).
+  int64_t fused_per_layer_input_steps() const { return fused_per_layer_input_steps_; }
 
  private:
   class CudaSequence;
@@ -97,6 +100,7 @@ class Gemma4CudaModel final : public LanguageModel {
   int scratch_generation() const;
   void drop_graphs();
   int graph_replays_ = 0, graph_captures_ = 0;
+  int64_t fused_per_layer_input_steps_ = 0;
 };
 
 }  // namespace lmx
