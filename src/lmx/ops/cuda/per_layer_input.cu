@@ -40,17 +40,9 @@ using linear::smem_address;
 constexpr int kMaxWarps = 16;
 
 struct Params {
-  float* x;
-  const float* mlp_out;
-  const float* mlp_out_norm;
-  Problem gate, proj;  // weights only (x and out unused)
-  const float* layer_input;
-  const float* projection_norm;
-  float layer_scalar;
-  float* next_normed;
-  const float* next_norm;
-  int dim, width, norm_threads;
-  float eps;
+  PerLayerInputStep step;      // (its weight pointers are host views: the kernel reads gate and proj)
+  Problem gate, proj;          // the weights (x and out unused)
+  int norm_threads;            // residual_norm_float4_threads(step.dim)
   int gate_tiles, proj_tiles;  // per block
 };
 
@@ -82,13 +74,13 @@ __host__ __device__ inline Layout layout(const Params& p) {
   l.proj_w = take(p.proj_tiles * p.proj.chunks * 1024);
   l.proj_s = take(p.proj_tiles * 16 * static_cast<int>(p.proj.groups_per_row) * scale_size);
   l.proj_b = take(p.proj_tiles * 16 * static_cast<int>(p.proj.groups_per_row) * scale_size);
-  l.mlp_norm = take(4 * p.dim);
-  l.proj_norm = take(4 * p.dim);
-  l.next_norm = take(4 * p.dim);
-  l.layer_input = take(4 * p.width);
-  l.x = take(4 * p.dim);
-  l.proj_out = take(4 * p.dim);
-  l.gate_out = take(4 * p.width);
+  l.mlp_norm = take(4 * p.step.dim);
+  l.proj_norm = take(4 * p.step.dim);
+  l.next_norm = take(4 * p.step.dim);
+  l.layer_input = take(4 * p.step.width);
+  l.x = take(4 * p.step.dim);
+  l.proj_out = take(4 * p.step.dim);
+  l.gate_out = take(4 * p.step.width);
   l.xs = take(256 * (p.gate.chunks > p.proj.chunks ? p.gate.chunks : p.proj.chunks));
   const int gate_tasks = p.gate_tiles * p.gate.segments, proj_tasks = p.proj_tiles * p.proj.segments;
   l.partial = take(64 * (gate_tasks > proj_tasks ? gate_tasks : proj_tasks));
@@ -249,8 +241,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) per_layer_input_kernel(const P
   const int rank = static_cast<int>(cluster.block_rank()), blocks = static_cast<int>(cluster.num_blocks());
   const Layout l = layout(p);
   const int gate_first = rank * p.gate_tiles, proj_first = rank * p.proj_tiles;
-  const int gate_count = max(0, min(p.gate_tiles, p.width / 16 - gate_first));
-  const int proj_count = max(0, min(p.proj_tiles, p.dim / 16 - proj_first));
+  const int gate_count = max(0, min(p.gate_tiles, p.step.width / 16 - gate_first));
+  const int proj_count = max(0, min(p.proj_tiles, p.step.dim / 16 - proj_first));
   auto at = [&](int offset) { return smem + offset; };
   auto vec = [&](int offset) { return reinterpret_cast<float*>(smem + offset); };
   auto vec4 = [&](int offset) { return reinterpret_cast<float4*>(smem + offset); };
@@ -258,12 +250,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) per_layer_input_kernel(const P
   // Constant data (and the per-layer input, written at the step's start) before the wait.
   request_tiles<kScaleSize>(p.gate, gate_first, gate_count, at(l.gate_w), at(l.gate_s), at(l.gate_b));
   request_tiles<kScaleSize>(p.proj, proj_first, proj_count, at(l.proj_w), at(l.proj_s), at(l.proj_b));
-  request_bytes(at(l.mlp_norm), p.mlp_out_norm, 4 * p.dim);
+  request_bytes(at(l.mlp_norm), p.step.mlp_out_norm, 4 * p.step.dim);
   if (rank == 0) {  // (the second residual step's weights: block 0 takes it)
-    request_bytes(at(l.proj_norm), p.projection_norm, 4 * p.dim);
-    request_bytes(at(l.next_norm), p.next_norm, 4 * p.dim);
+    request_bytes(at(l.proj_norm), p.step.projection_norm, 4 * p.step.dim);
+    request_bytes(at(l.next_norm), p.step.next_norm, 4 * p.step.dim);
   }
-  request_bytes(at(l.layer_input), p.layer_input, 4 * p.width);
+  request_bytes(at(l.layer_input), p.step.layer_input, 4 * p.step.width);
   linear::cp_async_commit();
   wait_for_prior_kernels();
   allow_next_kernel();
@@ -271,18 +263,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32) per_layer_input_kernel(const P
   __syncthreads();  // (the norm weights are read by other threads than those that copied them)
 
   // The MLP's residual step, on this block's copy of x.
-  const int n = p.dim / 4;
-  const float dim = static_cast<float>(p.dim);
+  const int n = p.step.dim / 4;
+  const float dim = static_cast<float>(p.step.dim);
   float* reduce = vec(l.reduce);
-  residual_step(vec4(l.x), reinterpret_cast<const float4*>(p.x), reinterpret_cast<const float4*>(p.mlp_out),
-                p.mlp_out_norm ? vec4(l.mlp_norm) : nullptr, 1.0f, nullptr, nullptr, n, p.norm_threads, dim,
-                p.eps, reduce);
+  residual_step(vec4(l.x), reinterpret_cast<const float4*>(p.step.x),
+                reinterpret_cast<const float4*>(p.step.mlp_out),
+                p.step.mlp_out_norm ? vec4(l.mlp_norm) : nullptr, 1.0f, nullptr, nullptr, n, p.norm_threads,
+                dim, p.step.eps, reduce);
   __syncthreads();
 
   // The gate rows, to every block of the cluster.
   uint32_t* xs = reinterpret_cast<uint32_t*>(at(l.xs));
   float* partial = vec(l.partial);
-  stage_pairs(vec(l.x), p.dim, xs);
+  stage_pairs(vec(l.x), p.step.dim, xs);
   __syncthreads();
   project_tiles<F>(p.gate, gate_count, at(l.gate_w), at(l.gate_s), at(l.gate_b), xs, partial);
   __syncthreads();
@@ -297,7 +290,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) per_layer_input_kernel(const P
   cluster.sync();
 
   // The projection's rows, to block 0.
-  stage_pairs(vec(l.gate_out), p.width, xs);
+  stage_pairs(vec(l.gate_out), p.step.width, xs);
   __syncthreads();
   project_tiles<F>(p.proj, proj_count, at(l.proj_w), at(l.proj_s), at(l.proj_b), xs, partial);
   __syncthreads();
@@ -308,10 +301,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) per_layer_input_kernel(const P
   if (rank != 0) return;
 
   // The block's residual step, into x and the next layer's normed input.
-  residual_step(reinterpret_cast<float4*>(p.x), vec4(l.x), vec4(l.proj_out),
-                p.projection_norm ? vec4(l.proj_norm) : nullptr, p.layer_scalar,
-                reinterpret_cast<float4*>(p.next_normed), p.next_norm ? vec4(l.next_norm) : nullptr, n,
-                p.norm_threads, dim, p.eps, reduce);
+  residual_step(reinterpret_cast<float4*>(p.step.x), vec4(l.x), vec4(l.proj_out),
+                p.step.projection_norm ? vec4(l.proj_norm) : nullptr, p.step.layer_scalar,
+                reinterpret_cast<float4*>(p.step.next_normed), p.step.next_norm ? vec4(l.next_norm) : nullptr,
+                n, p.norm_threads, dim, p.step.eps, reduce);
 }
 
 // Whether w can be read by the kernel as format F's codes: 4-bit, whole chunks, 16-byte aligned arrays.
@@ -327,6 +320,8 @@ bool per_layer_input_step(const PerLayerInputStep& s, CudaContext& ctx) {
   // A/B knobs: the cluster size (8 or 16: only that one is tried) and the most warps per block.
   static const int forced_blocks = static_cast<int>(env_integer("LMX_PLE_CLUSTER", 0, 0, 16));
   static const int most_warps = static_cast<int>(env_integer("LMX_PLE_WARPS", kMaxWarps, 1, kMaxWarps));
+  LMX_REQUIRE(InvalidArgument, forced_blocks == 0 || forced_blocks == 8 || forced_blocks == 16,
+              "LMX_PLE_CLUSTER: {} is not 8 or 16", forced_blocks);
   LMX_REQUIRE(InvalidArgument,
               s.gate != nullptr && s.projection != nullptr && s.x != nullptr && s.mlp_out != nullptr &&
                   s.layer_input != nullptr,
@@ -350,18 +345,9 @@ bool per_layer_input_step(const PerLayerInputStep& s, CudaContext& ctx) {
   if (!tiles_apply(p.gate) || !tiles_apply(p.proj) || p.gate.scale_dtype != p.proj.scale_dtype ||
       p.gate.small_scales != p.proj.small_scales)
     return false;
-  p.x = s.x;
-  p.mlp_out = s.mlp_out;
-  p.mlp_out_norm = s.mlp_out_norm;
-  p.layer_input = s.layer_input;
-  p.projection_norm = s.projection_norm;
-  p.layer_scalar = s.layer_scalar;
-  p.next_normed = s.next_normed;
-  p.next_norm = s.next_normed != nullptr ? s.next_norm : nullptr;
-  p.dim = s.dim;
-  p.width = s.width;
+  p.step = s;
+  if (s.next_normed == nullptr) p.step.next_norm = nullptr;
   p.norm_threads = norm_threads;
-  p.eps = s.eps;
   return linear::with_q4_format(p.gate, [&](auto f) {
     auto* kernel = per_layer_input_kernel<decltype(f)>;
     for (const int blocks : {16, 8}) {  // (the largest cluster the device holds)
