@@ -589,7 +589,10 @@ void Gemma4CudaModel::enqueue_forward(const StepPlan& plan) {
       if (residual)
         cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), lw.layer_scalar,
                             next_normed, next_norm, t, static_cast<int>(hidden), eps, s);
-    } else if (!(residual && !skip.ple && enqueue_per_layer_input_step(i, plan, next_normed, next_norm))) {
+    } else {
+      // A single-token step takes the MLP's residual step and the per-layer-input block in one kernel where
+      // that kernel applies; else the four kernels below.
+      if (residual && !skip.ple && enqueue_per_layer_input_step(i, plan, next_normed, next_norm)) continue;
       if (residual)
         cuda::residual_norm(x, w.ffn.as<float>(), lw.post_feedforward_layernorm.get(), 1.0f, nullptr, nullptr,
                             t, static_cast<int>(hidden), eps, s);
