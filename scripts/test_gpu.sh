@@ -4,7 +4,8 @@
 # projection and MoE expert tests again with each plan of the batch-1 4-bit kernel forced (ring depth LMX_Q4_STAGES,
 # rows per warp LMX_Q4_TILES, blocks per row tile LMX_Q4_SPLIT, then lanes per row of the scale-window copy
 # LMX_Q4_WINDOW_LANES), since a run picks one plan per shape, and the models with the per-layer-input block unfused
-# and on clusters of 8 (LMX_PLE_FUSED=0, LMX_PLE_CLUSTER=8); then the projections, MoE and models with the
+# and on clusters of 8 (LMX_PLE_FUSED=0, LMX_PLE_CLUSTER=8), and with the attention inputs of single-token steps in
+# their own kernel (LMX_ATTN_FUSED_INPUTS=0); then the projections, MoE and models with the
 # mma.sync prefill kernel instead of the wgmma one (LMX_PREFILL_WGMMA=0; sm_90 picks wgmma for 4-bit weights), and
 # with the prefill grid order and the small-chunk kernel of the grouped prefill forced; then the MoE tests with the
 # experts' gate/up x prepared per pair row and with the pair sort on a cluster of 8 blocks, with 8 expert segments
@@ -61,6 +62,11 @@ done
 echo "== per-layer-input block with LMX_PLE_FUSED=0, then LMX_PLE_CLUSTER=8"
 run_pass LMX_PLE_FUSED=0 '*CudaTinyModels.*'
 run_pass LMX_PLE_CLUSTER=8 'CudaPerLayerInput.*:*CudaTinyModels.*'
+# A single-token step's attention inputs (per-head norms, RoPE, cache append) as their own kernel before the
+# decode attention (LMX_ATTN_FUSED_INPUTS=0; the default takes them inside it where its rule says so, which in the
+# tiny models is every layer). Same bits.
+echo "== decode attention with LMX_ATTN_FUSED_INPUTS=0"
+run_pass LMX_ATTN_FUSED_INPUTS=0 '*CudaTinyModels.*'
 # The scale-window copy of the batch-1 4-bit kernel with one lane per row and with whole rows per
 # instruction (q4_window_shift; the default mixes the two by block height).
 for lanes in 1 32; do

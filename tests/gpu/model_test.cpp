@@ -183,6 +183,12 @@ TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
     EXPECT_EQ(direct->fused_per_layer_input_steps(), 4 * static_cast<int64_t>(prompt.size() - 7));
   else
     EXPECT_EQ(direct->fused_per_layer_input_steps(), 0);
+  // Every layer of a single-token step runs its attention inputs inside the decode attention kernel, unless a
+  // test pass turned that off (LMX_ATTN_FUSED_INPUTS=0); the prefill's never do.
+  const char* inputs = std::getenv("LMX_ATTN_FUSED_INPUTS");
+  const bool inputs_on = inputs == nullptr || std::string_view(inputs) != "0";
+  EXPECT_EQ(direct->fused_attention_inputs(),
+            inputs_on ? direct->config().num_hidden_layers * static_cast<int64_t>(prompt.size() - 7) : 0);
 }
 
 TEST_P(CudaTinyModels, RejectsBadInput) {

@@ -415,17 +415,21 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
       }
     }
   }
-  // Per-head norms, RoPE and the cache append in one kernel: q in place, k and v into the caches.
-  cuda::HeadNormJob jobs[3];
-  jobs[0] = {q, q_stride, heads, lw.q_norm.get(), true, nullptr};
-  int job_count = 1;
+  // Per-head norms, RoPE and the cache append (q in place, k and v into the caches), then attention: one
+  // kernel in a single-token step, else attention_inputs and attention.
+  cuda::AttentionInputs inputs;
+  inputs.q = q;
+  inputs.q_norm = lw.q_norm.get();
   if (own_kv) {
-    jobs[job_count++] = {k, kv_stride, kv_heads, lw.k_norm.get(), true, w.k_table(spec.cache_index)};
-    jobs[job_count++] = {v, kv_stride, kv_heads, nullptr, false,
-                         w.v_table(spec.cache_index, config_.num_cache_layers)};
+    inputs.k = k;
+    inputs.v = v;
+    inputs.kv_stride = kv_stride;
+    inputs.k_norm = lw.k_norm.get();
+    inputs.k_store = w.k_table(spec.cache_index);
+    inputs.v_store = w.v_table(spec.cache_index, config_.num_cache_layers);
   }
-  if (!skip.inputs)
-    cuda::attention_inputs(jobs, job_count, t, dim, eps, w.positions(), w.q_seq(), inv_freq, s);
+  inputs.inv_freq = inv_freq;
+  inputs.eps = eps;
   cuda::AttentionBatch batch;
   batch.q = q;
   batch.q_stride = q_stride;
@@ -444,7 +448,12 @@ void Gemma4CudaModel::enqueue_attention(int layer, const StepPlan& plan) {
   batch.scale = 1.0f;
   const size_t partial_bytes = cuda::attention_partials_bytes(batch);
   void* partials = ctx_.scratch(cuda::Scratch::kAttentionPartials, std::max<size_t>(partial_bytes, 1));
-  if (!skip.attention) cuda::attention(batch, static_cast<float*>(partials), partial_bytes, s);
+  if (skip.inputs || skip.attention) {
+    if (!skip.inputs) cuda::attention_inputs(batch, inputs, s);
+    if (!skip.attention) cuda::attention(batch, static_cast<float*>(partials), partial_bytes, s);
+  } else if (cuda::attention_with_inputs(batch, inputs, static_cast<float*>(partials), partial_bytes, s)) {
+    ++fused_attention_inputs_;
+  }
   if (!skip.o_proj)
     linear(lw.o_proj, w.attn.as<float>(), q_width, t, w.proj.as<float>(), config_.hidden_size);
 }

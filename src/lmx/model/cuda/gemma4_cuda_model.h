@@ -48,6 +48,9 @@ class Gemma4CudaModel final : public LanguageModel {
   // Layers whose per-layer-input block was enqueued as the one fused kernel (enqueue_per_layer_input_step),
   // counted at enqueue time (a captured graph's replays do not count).
   int64_t fused_per_layer_input_steps() const { return fused_per_layer_input_steps_; }
+  // Layers whose attention took attention_inputs' work itself (cuda::attention_with_inputs fused), counted
+  // the same way.
+  int64_t fused_attention_inputs() const { return fused_attention_inputs_; }
 
  private:
   class CudaSequence;
@@ -101,6 +104,7 @@ class Gemma4CudaModel final : public LanguageModel {
   void drop_graphs();
   int graph_replays_ = 0, graph_captures_ = 0;
   int64_t fused_per_layer_input_steps_ = 0;
+  int64_t fused_attention_inputs_ = 0;
 };
 
 }  // namespace lmx

@@ -13,6 +13,7 @@
 // device-side q_pos / kv_len, so a CUDA graph captured with max_kv_len = capacity replays correctly.
 #include "lmx/ops/cuda/attention.h"
 #include "lmx/ops/cuda/attention_kernels.cuh"
+#include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
@@ -116,12 +117,10 @@ __global__ void kv_append_kernel(const float* k, int64_t k_stride, const float* 
 
 size_t attention_partials_bytes(const AttentionBatch& batch) { return make_plan(batch).bytes; }
 
-void attention(const AttentionBatch& batch, float* partials, size_t partials_bytes, cudaStream_t stream) {
-  if (batch.tokens <= 0) return;
-  validate(batch);
-  const Plan plan = make_plan(batch);
-  LMX_REQUIRE(InvalidArgument, partials != nullptr && partials_bytes >= plan.bytes,
-              "cuda attention: partials scratch of {} bytes, {} needed", partials_bytes, plan.bytes);
+namespace {
+
+// The kernels' parameters for a validated batch (the decode or prefill fields follow the plan).
+attn::Params make_params(const AttentionBatch& batch) {
   attn::Params p;
   p.q = batch.q;
   p.q_stride = batch.q_stride;
@@ -139,16 +138,52 @@ void attention(const AttentionBatch& batch, float* partials, size_t partials_byt
   p.window = batch.window;
   p.scale_log2 = static_cast<float>(static_cast<double>(batch.scale) * 1.4426950408889634);
   p.q_vec4 = detail::aligned16(batch.q) && batch.q_stride % 4 == 0;
-  const int tier = dim_tier(batch.head_dim);
+  return p;
+}
+
+void check_partials(const Plan& plan, const float* partials, size_t partials_bytes) {
+  LMX_REQUIRE(InvalidArgument, partials != nullptr && partials_bytes >= plan.bytes,
+              "cuda attention: partials scratch of {} bytes, {} needed", partials_bytes, plan.bytes);
+}
+
+// The split-KV kernels' fields for a decode plan.
+void set_decode_fields(attn::Params& p, const Plan& plan, float* partials) {
+  p.gh = std::min(p.group, 16);
+  p.head_blocks = (p.group + 15) / 16;
+  p.tokens_per_item = 1;
+  p.part_acc = partials;
+  p.part_ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(partials) + plan.acc_bytes);
+  p.n_slots = plan.n_slots;
+}
+
+// InputsFusion::kAuto fuses unless the split-KV kernel would fold in clusters over more blocks than this.
+// Fused, the kernel's blocks are launched early (PDL) while the q/k/v projection still runs, and clusters of
+// up to 16 blocks, ~80 KB of shared memory each, that cover the GPU wait for whole GPCs to free up: 26B-A4B's
+// sliding layers (8 kv heads × 16 slots = 128 blocks) decoded 1.4 % slower fused, though 3.6 % faster without
+// PDL and 0.9 % faster without clusters; grids of 16 to 64 blocks (E2B, E4B, 26B-A4B's and 31B's global
+// layers) gain.
+constexpr int kFusedMaxClusterBlocks = 64;
+
+// LMX_ATTN_FUSED_INPUTS replaces kAuto's rule: 0 never fuses, 2 always (where the kernel can), 1 the rule
+// (A/B runs; the same results either way).
+InputsFusion auto_fusion() {
+  static const int forced = static_cast<int>(env_integer("LMX_ATTN_FUSED_INPUTS", 1, 0, 2));
+  return forced == 0 ? InputsFusion::kNever : forced == 2 ? InputsFusion::kAlways : InputsFusion::kAuto;
+}
+
+}  // namespace
+
+void attention(const AttentionBatch& batch, float* partials, size_t partials_bytes, cudaStream_t stream) {
+  if (batch.tokens <= 0) return;
+  validate(batch);
+  const Plan plan = make_plan(batch);
+  check_partials(plan, partials, partials_bytes);
+  attn::Params p = make_params(batch);
   if (plan.decode) {
-    p.gh = std::min(p.group, 16);
-    p.head_blocks = (p.group + 15) / 16;
-    p.tokens_per_item = 1;
-    p.part_acc = partials;
-    p.part_ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(partials) + plan.acc_bytes);
-    p.n_slots = plan.n_slots;
-    attn::launch_decode(p, tier, stream);
+    set_decode_fields(p, plan, partials);
+    attn::launch_decode(p, dim_tier(batch.head_dim), stream);
   } else {
+    const int tier = dim_tier(batch.head_dim);
     const bool wgmma = attn::prefill_wgmma_runs(tier);
     const int rows = attn::prefill_rows(tier, wgmma);
     p.gh = std::min(p.group, rows);
@@ -157,6 +192,59 @@ void attention(const AttentionBatch& batch, float* partials, size_t partials_byt
     p.work = reinterpret_cast<int*>(partials);
     attn::launch_prefill(p, tier, wgmma, stream);
   }
+}
+
+void attention_inputs(const AttentionBatch& batch, const AttentionInputs& in, cudaStream_t stream) {
+  HeadNormJob jobs[3];
+  jobs[0] = {in.q, batch.q_stride, batch.heads, in.q_norm, true, nullptr};
+  int count = 1;
+  if (in.k != nullptr) {
+    jobs[count++] = {in.k, in.kv_stride, batch.kv_heads, in.k_norm, true, in.k_store};
+    jobs[count++] = {in.v, in.kv_stride, batch.kv_heads, nullptr, false, in.v_store};
+  }
+  attention_inputs(jobs, count, batch.tokens, batch.head_dim, in.eps, batch.q_pos, batch.q_seq, in.inv_freq,
+                   stream);
+}
+
+bool attention_with_inputs(const AttentionBatch& batch, const AttentionInputs& in, float* partials,
+                           size_t partials_bytes, cudaStream_t stream, InputsFusion fusion) {
+  if (batch.tokens <= 0) return false;
+  validate(batch);
+  LMX_REQUIRE(InvalidArgument, in.q == batch.q && in.inv_freq != nullptr,
+              "attention_with_inputs: inputs.q must be the batch's q, and inv_freq set");
+  LMX_REQUIRE(InvalidArgument, (in.k == nullptr) == (in.v == nullptr),
+              "attention_with_inputs: keys and values are appended together (k and v both set or both null)");
+  LMX_REQUIRE(InvalidArgument,
+              in.k == nullptr || (in.k_store != nullptr && in.v_store != nullptr &&
+                                  static_cast<const void*>(in.k_store) == static_cast<const void*>(batch.k) &&
+                                  static_cast<const void*>(in.v_store) == static_cast<const void*>(batch.v)),
+              "attention_with_inputs: the appended keys and values must go to the caches the batch reads");
+  const Plan plan = make_plan(batch);
+  check_partials(plan, partials, partials_bytes);
+  attn::Params p = make_params(batch);
+  const int tier = dim_tier(batch.head_dim);
+  if (fusion == InputsFusion::kAuto) fusion = auto_fusion();
+  bool fuse = plan.decode && batch.tokens == 1 && fusion != InputsFusion::kNever;
+  if (fuse) {
+    set_decode_fields(p, plan, partials);
+    fuse = fusion == InputsFusion::kAlways || attn::decode_cluster_blocks(p, tier) <= kFusedMaxClusterBlocks;
+  }
+  if (!fuse) {
+    attention_inputs(batch, in, stream);
+    attention(batch, partials, partials_bytes, stream);
+    return false;
+  }
+  p.inputs_fused = true;
+  p.q_norm = in.q_norm;
+  p.k_in = in.k;
+  p.v_in = in.v;
+  p.k_norm = in.k_norm;
+  p.k_store = in.k_store;
+  p.v_store = in.v_store;
+  p.inv_freq = in.inv_freq;
+  p.eps = in.eps;
+  attn::launch_decode(p, tier, stream);
+  return true;
 }
 
 void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens, int kv_heads,

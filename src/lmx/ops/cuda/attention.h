@@ -69,4 +69,37 @@ void attention_inputs(const HeadNormJob* jobs, int job_count, int64_t tokens, in
                       const int32_t* positions, const int32_t* q_seq, const float* inv_freq,
                       cudaStream_t stream, int heads_per_warp = 0);
 
+// attention_inputs' work for the query tokens of an attention call, as a Gemma layer asks it: q normed per
+// head (q_norm; nullptr: no weight) and rotated, in place; for a layer with its own cache, the call's keys
+// normed (k_norm), rotated and appended to k_store, and its values normed (no weight) and appended to
+// v_store.
+struct AttentionInputs {
+  float* q = nullptr;  // the batch's q (AttentionBatch::q), raw projections
+  const float* q_norm = nullptr;
+  float* k = nullptr;  // raw keys [T, kv_heads, head_dim] at token stride kv_stride; nullptr:
+  float* v = nullptr;  //   the call appends nothing (v: raw values; v == k is allowed)
+  int64_t kv_stride = 0;
+  const float* k_norm = nullptr;
+  uint16_t* const* k_store = nullptr;  // the caches the batch reads (AttentionBatch::k, ::v)
+  uint16_t* const* v_store = nullptr;
+  const float* inv_freq = nullptr;  // RoPE (rope's contract; the batch's q_pos are the positions)
+  float eps = 0.0f;
+};
+
+// attention_inputs with the jobs `inputs` describes, for the batch's query tokens (q_pos, q_seq, head shape).
+void attention_inputs(const AttentionBatch& batch, const AttentionInputs& inputs, cudaStream_t stream);
+
+// Whether attention_with_inputs may run its two steps as one kernel: kAuto where that is measured faster
+// (attention.cu; LMX_ATTN_FUSED_INPUTS=0|2 turns it into kNever|kAlways), kNever, or kAlways where the kernel
+// can (tests).
+enum class InputsFusion { kAuto, kNever, kAlways };
+
+// attention_inputs (the jobs above), then attention(batch): for a single-token call on the split-KV path, one
+// kernel that does both (as `fusion` allows), with the same results — every output, cache row and bit; q is
+// then left raw, since nothing reads it after attention —; otherwise the two calls. Returns whether the one
+// kernel ran.
+bool attention_with_inputs(const AttentionBatch& batch, const AttentionInputs& inputs, float* partials,
+                           size_t partials_bytes, cudaStream_t stream,
+                           InputsFusion fusion = InputsFusion::kAuto);
+
 }  // namespace lmx::cuda

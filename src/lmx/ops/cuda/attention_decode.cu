@@ -5,9 +5,10 @@
 // instead of two; the same operations in the same order, so the same bits). Numerics:
 // attention_kernels.cuh.
 #include "lmx/ops/cuda/attention_kernels.cuh"
-#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/head_norm.cuh"
+#include "lmx/ops/cuda/launch.cuh"
 
 #include <cooperative_groups.h>
 
@@ -46,7 +47,90 @@ __device__ __forceinline__ int valid_slots(const Params& p, int2 range) {
 template <int DT>
 __device__ __forceinline__ void fold_cluster(const Params& p, char* smem, int t, int2 range);
 
-template <int DT, bool kFold = false, int NW = decode_nw(DT)>
+// kInputs (p.inputs_fused; one query token): whether this block appends the call's key and value row to the
+// caches — the head block 0 block of the row's chunk slot, or of slot 0 when the query does not see its own
+// row (fresh < 0; then no block takes the row into its tiles). Exactly one block per kv head.
+__device__ __forceinline__ bool appends_row(const Params& p, int2 range, int fresh, int hb) {
+  if (p.k_in == nullptr || hb != 0) return false;
+  const int slot = fresh >= 0 ? fresh / kChunkKeys - range.x / kChunkKeys : 0;
+  return static_cast<int>(blockIdx.y) == slot;
+}
+
+// kInputs, before the PDL wait: the row table, zeros over the Q tile and over the new key row of the K and V
+// tiles (fresh_row >= 0: its row in them), which take_inputs then fills up to head_dim.
+template <int DT, int NW>
+__device__ __forceinline__ void prepare_inputs(const Params& p, char* smem, int t, int kvh, int hb,
+                                               int fresh_row) {
+  using L = Layout<DT, NW, 1>;
+  using D = Dims<DT, NW>;
+  write_row_info(p, reinterpret_cast<int4*>(smem + L::kRowInfo), L::kRows, t, 1, kvh, hb);
+  constexpr int kRowVecs = D::kStride * 2 / 16;  // 16-byte vectors per bf16 row of a tile
+  uint4* q = reinterpret_cast<uint4*>(smem + L::kQ);
+  for (int i = static_cast<int>(threadIdx.x); i < L::kRows * kRowVecs; i += L::kThreads)
+    q[i] = make_uint4(0, 0, 0, 0);
+  if (fresh_row >= 0 && p.k_in != nullptr) {
+    uint4* k = reinterpret_cast<uint4*>(smem + L::kK) + fresh_row * kRowVecs;
+    uint4* v = reinterpret_cast<uint4*>(smem + L::kV) + fresh_row * kRowVecs;
+    for (int i = static_cast<int>(threadIdx.x); i < kRowVecs; i += L::kThreads)
+      k[i] = v[i] = make_uint4(0, 0, 0, 0);
+  }
+  __syncthreads();  // the row table and the zeros before any warp reads or fills them
+}
+
+// kInputs, after the PDL wait: attention_inputs' work for this block, one warp per head (detail::norm_head,
+// so attention_inputs' bits): warp w takes units w, w + NW, ...: the block's q rows (0 .. gh - 1; none
+// without with_q), normed and rotated into its Q tile in bf16 (setup_rows' conversion of attention_inputs'
+// f32 output), then — when the call appends keys and this block takes the new row into its tiles (fresh_row
+// >= 0) or appends it — the key (normed, weighted, rotated) and the value (normed), into the tiles and/or the
+// caches in bf16 (attention_inputs' append).
+template <int DT, int NW>
+__device__ __forceinline__ void take_inputs(const Params& p, char* smem, int t, int kvh, bool with_q,
+                                            int fresh_row, bool appends, const detail::HeadAngles& angles) {
+  using L = Layout<DT, NW, 1>;
+  using D = Dims<DT, NW>;
+  const int lane = threadIdx.x & 31, half = p.head_dim / 2;
+  const int4* info = reinterpret_cast<const int4*>(smem + L::kRowInfo);
+  const bool kv = p.k_in != nullptr && (fresh_row >= 0 || appends);
+  const int q_units = with_q ? p.gh : 0;
+  const int units = q_units + (kv ? 2 : 0);
+  detail::HeadWeights w;
+  for (int u = static_cast<int>(threadIdx.x >> 5); u < units; u += NW) {
+    if (u < q_units) {
+      const int4 ri = info[u];
+      if (ri.x < 0) continue;
+      w.load(p.q_norm, half, lane);
+      __nv_bfloat16* row = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ) + u * D::kStride;
+      const float* xr = p.q + ri.x * p.q_stride + static_cast<int64_t>(ri.y) * p.head_dim;
+      detail::norm_head(xr, p.head_dim, p.eps, lane, w, p.q_norm != nullptr, true, angles,
+                        [&](int i, float x0, float x1) {
+                          row[i] = __float2bfloat16_rn(x0);
+                          row[i + half] = __float2bfloat16_rn(x1);
+                        });
+      continue;
+    }
+    const bool key = u == q_units;
+    w.load(key ? p.k_norm : nullptr, half, lane);
+    __nv_bfloat16* tile = nullptr;
+    if (fresh_row >= 0)
+      tile = reinterpret_cast<__nv_bfloat16*>(smem + (key ? L::kK : L::kV)) + fresh_row * D::kStride;
+    uint16_t* cache = nullptr;
+    if (appends)
+      cache = (key ? p.k_store : p.v_store)[p.q_seq[t]] +
+              (static_cast<int64_t>(p.q_pos[t]) * p.kv_heads + kvh) * p.head_dim;
+    const float* xr = (key ? p.k_in : p.v_in) + static_cast<int64_t>(kvh) * p.head_dim;  // (one token)
+    detail::norm_head(xr, p.head_dim, p.eps, lane, w, key && p.k_norm != nullptr, key, angles,
+                      [&](int i, float x0, float x1) {
+                        const __nv_bfloat16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
+                        if (tile != nullptr) tile[i] = b0, tile[i + half] = b1;
+                        if (cache != nullptr)
+                          cache[i] = __bfloat16_as_ushort(b0), cache[i + half] = __bfloat16_as_ushort(b1);
+                      });
+  }
+}
+
+// kInputs (p.inputs_fused): the kernel also does attention_inputs' work for its one query token
+// (prepare_inputs, take_inputs) instead of reading it from the previous kernel's output.
+template <int DT, bool kFold = false, bool kInputs = false, int NW = decode_nw(DT)>
 __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Params p) {
   static_assert(kChunkTiles == 1, "a decode block computes one chunk of one tile");
   using L = Layout<DT, NW, 1>;
@@ -58,13 +142,19 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   const int kvh = rem / p.head_blocks, hb = rem % p.head_blocks;
   const int2 range = key_range(p, t);
   const int chunk = range.x / kChunkKeys + static_cast<int>(blockIdx.y);
+  const int pos = p.q_pos[t];
+  const int fresh = p.tokens == 1 && pos >= range.x && pos < range.y ? pos : -1;  // appended by this call
+  detail::HeadAngles angles;  // kInputs: the RoPE angles of q and of the new key
   if (range.y <= range.x || chunk * kChunkKeys >= range.y) {
+    const bool appends = kInputs && appends_row(p, range, fresh, hb);
+    if (appends) angles.compute(static_cast<float>(pos), p.inv_freq, p.head_dim / 2, threadIdx.x & 31, true);
     wait_for_prior_kernels();  // (so that this kernel never completes before the previous one)
     if constexpr (kFold) {
       allow_next_kernel();
       setup_rows<DT, NW, 1>(p, smem, t, 1, kvh, hb);  // the row table the fold reads
-      fold_cluster<DT>(p, smem, t, range);
     }
+    if (appends) take_inputs<DT, NW>(p, smem, t, kvh, false, -1, true, angles);  // (the query sees no key)
+    if constexpr (kFold) fold_cluster<DT>(p, smem, t, range);
     return;
   }
 
@@ -72,25 +162,33 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   const uint16_t* kbase = p.k[seq];
   const uint16_t* vbase = p.v[seq];
   const int key0 = chunk * kTileKeys;
-  const int pos = p.q_pos[t];
-  const int fresh = p.tokens == 1 && pos >= range.x && pos < range.y ? pos : -1;  // appended by this call
+  const bool fresh_here = fresh >= key0 && fresh < key0 + kTileKeys;
   __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
   __nv_bfloat16* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
   if (p.tokens == 1) {
     load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y, fresh);
     load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y, fresh);
   }
+  if constexpr (kInputs) {
+    prepare_inputs<DT, NW>(p, smem, t, kvh, hb, fresh_here ? fresh - key0 : -1);
+    angles.compute(static_cast<float>(pos), p.inv_freq, p.head_dim / 2, threadIdx.x & 31, true);
+  }
   wait_for_prior_kernels();
   allow_next_kernel();
+  const bool computes_row = kInputs && p.k_in != nullptr;  // the new key row comes from take_inputs
   if (p.tokens != 1) {
     load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y);
     load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y);
-  } else if (fresh >= key0 && fresh < key0 + kTileKeys) {
+  } else if (fresh_here && !computes_row) {
     load_key_row<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, key0, fresh);
     load_key_row<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, key0, fresh);
   }
   cp_async_commit();
-  setup_rows<DT, NW, 1>(p, smem, t, 1, kvh, hb);
+  if constexpr (kInputs)
+    take_inputs<DT, NW>(p, smem, t, kvh, true, fresh_here ? fresh - key0 : -1,
+                        appends_row(p, range, fresh, hb), angles);
+  else
+    setup_rows<DT, NW, 1>(p, smem, t, 1, kvh, hb);
 
   const int lane = threadIdx.x & 31, wn = threadIdx.x >> 5;
   const int g = lane >> 2, q4 = lane & 3;
@@ -266,25 +364,58 @@ int fold_slot_limit() {
 
 // The split-KV kernel for a head-dim tier; true when its clusters folded the chunk states (then no
 // combine kernel runs).
-template <int DT>
+// Whether the split-KV kernel (with or without attention_inputs' work) folds in clusters of n_slots blocks.
+template <int DT, bool kInputs>
+bool folds_in_clusters(const Params& p) {
+  using L = Layout<DT, decode_nw(DT), 1>;
+  if (p.n_slots > fold_slot_limit()) return false;
+  const void* folding = reinterpret_cast<const void*>(&decode_kernel<DT, true, kInputs>);
+  ensure_smem(folding, L::kBytes);
+  return clusters_fit(folding, L::kThreads, L::kBytes, p.n_slots);
+}
+
+template <int DT, bool kInputs>
 bool launch_decode_dt(const Params& p, cudaStream_t stream) {
   using L = Layout<DT, decode_nw(DT), 1>;
   const dim3 grid(static_cast<unsigned>(p.tokens * p.kv_heads * p.head_blocks), static_cast<unsigned>(p.n_slots));
-  const void* folding = reinterpret_cast<const void*>(&decode_kernel<DT, true>);
-  if (p.n_slots <= fold_slot_limit()) {
-    ensure_smem(folding, L::kBytes);
-    if (clusters_fit(folding, L::kThreads, L::kBytes, p.n_slots)) {
-      launch_with_clusters(decode_kernel<DT, true>, grid, L::kThreads, L::kBytes, stream,
-                           dim3(1, static_cast<unsigned>(p.n_slots), 1), p);
-      return true;
-    }
+  if (folds_in_clusters<DT, kInputs>(p)) {
+    launch_with_clusters(decode_kernel<DT, true, kInputs>, grid, L::kThreads, L::kBytes, stream,
+                         dim3(1, static_cast<unsigned>(p.n_slots), 1), p);
+    return true;
   }
-  ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT, false>), L::kBytes);
-  launch(decode_kernel<DT, false>, grid, L::kThreads, L::kBytes, stream, p);
+  ensure_smem(reinterpret_cast<const void*>(&decode_kernel<DT, false, kInputs>), L::kBytes);
+  launch(decode_kernel<DT, false, kInputs>, grid, L::kThreads, L::kBytes, stream, p);
   return false;
 }
 
+template <int DT>
+bool launch_decode_dt(const Params& p, cudaStream_t stream) {
+  return p.inputs_fused ? launch_decode_dt<DT, true>(p, stream) : launch_decode_dt<DT, false>(p, stream);
+}
+
 }  // namespace
+
+int decode_cluster_blocks(const Params& p, int dim_tier) {
+  bool folds = false;
+  switch (dim_tier) {
+    case 32:
+      folds = folds_in_clusters<32, true>(p);
+      break;
+    case 64:
+      folds = folds_in_clusters<64, true>(p);
+      break;
+    case 128:
+      folds = folds_in_clusters<128, true>(p);
+      break;
+    case 256:
+      folds = folds_in_clusters<256, true>(p);
+      break;
+    default:
+      folds = folds_in_clusters<512, true>(p);
+      break;
+  }
+  return folds ? p.tokens * p.kv_heads * p.head_blocks * p.n_slots : 0;
+}
 
 void launch_decode(const Params& p, int dim_tier, cudaStream_t stream) {
   bool folded = false;

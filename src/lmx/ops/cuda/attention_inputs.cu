@@ -8,8 +8,8 @@
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
+#include "lmx/ops/cuda/head_norm.cuh"
 #include "lmx/ops/cuda/launch.cuh"
-#include "lmx/ops/cuda/norm_rope_math.cuh"
 
 #include <cuda_bf16.h>
 
@@ -18,7 +18,6 @@
 namespace lmx::cuda {
 namespace {
 
-constexpr int kMaxPairsPerLane = 8;  // head_dim ≤ 2 * 32 * 8 = 512
 constexpr int kWarpsPerBlock = 4;
 
 struct Jobs {
@@ -27,21 +26,9 @@ struct Jobs {
   int total_heads = 0;
 };
 
-// Weights of a job for the lane's pairs (i, i + half), i = lane + 32 p; 1 without a weight.
-__device__ __forceinline__ void load_head_weights(const HeadNormJob& job, int lane, int half,
-                                                  float (&w0)[kMaxPairsPerLane],
-                                                  float (&w1)[kMaxPairsPerLane]) {
-#pragma unroll
-  for (int p = 0; p < kMaxPairsPerLane; ++p) {
-    const int i = lane + 32 * p;
-    w0[p] = w1[p] = 1.0f;
-    if (i < half && job.weight != nullptr) w0[p] = job.weight[i], w1[p] = job.weight[i + half];
-  }
-}
-
-// One warp per token and run of `heads_per_warp` consecutive heads (over the jobs in order); lane owns pairs
-// (i, i + half) for i = lane + 32 j. Each head is normed by one warp, the same sum in the same order whatever
-// the run length; the RoPE angles' sines and cosines are the token's, computed once per warp for its heads.
+// One warp per token and run of `heads_per_warp` consecutive heads (over the jobs in order), each head normed
+// by detail::norm_head: the same sum in the same order whatever the run length; the RoPE angles' sines and
+// cosines are the token's, computed once per warp for its heads.
 // Everything that does not depend on q, k or v — the position, the norm weights of the run's first job and
 // the sines and cosines — is read and computed before waiting for the projection that writes them (step
 // inputs and weights: launch.cuh), so in decode (runs of one head) only the norm and the stores follow the
@@ -65,21 +52,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     rope = rope || jobs.job[jj].rope;
   const int half = head_dim / 2;
   const int32_t position = positions[t];
-  const float pos = static_cast<float>(position);
-  float sn[kMaxPairsPerLane], cs[kMaxPairsPerLane];
-  bool rotates[kMaxPairsPerLane];  // rope's rotation; pairs with inv_freq 0 stay as they are
-#pragma unroll
-  for (int p = 0; p < kMaxPairsPerLane; ++p) {
-    const int i = lane + 32 * p;
-    sn[p] = 0.0f, cs[p] = 1.0f;
-    rotates[p] = false;
-    if (i >= half || !rope) continue;
-    const float freq = inv_freq[i];
-    rotates[p] = freq != 0.0f;
-    if (rotates[p]) sincosf(__fmul_rn(pos, freq), &sn[p], &cs[p]);
-  }
-  float w0[kMaxPairsPerLane], w1[kMaxPairsPerLane];
-  load_head_weights(jobs.job[j], lane, half, w0, w1);
+  detail::HeadAngles angles;
+  angles.compute(static_cast<float>(position), inv_freq, half, lane, rope);
+  detail::HeadWeights weights;
+  weights.load(jobs.job[j].weight, half, lane);
 
   wait_for_prior_kernels();
   allow_next_kernel();
@@ -88,37 +64,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       do ++j;
       while (jobs.job[j].heads == 0);
       head = 0;
-      load_head_weights(jobs.job[j], lane, half, w0, w1);
+      weights.load(jobs.job[j].weight, half, lane);
     }
     const HeadNormJob& job = jobs.job[j];
-    uint16_t* cache = nullptr;
-    if (job.store != nullptr)
-      cache = job.store[q_seq[t]] + (static_cast<int64_t>(position) * job.heads + head) * head_dim;
     float* xr = job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim;
-    float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
-    float ss = 0.0f;
-#pragma unroll
-    for (int p = 0; p < kMaxPairsPerLane; ++p) {
-      const int i = lane + 32 * p;
-      a[p] = i < half ? xr[i] : 0.0f;
-      b[p] = i < half ? xr[i + half] : 0.0f;
-      ss = fmaf(b[p], b[p], fmaf(a[p], a[p], ss));
-    }
-    const float inv = detail::inv_rms(detail::warp_sum(ss), static_cast<float>(head_dim), eps);
-#pragma unroll
-    for (int p = 0; p < kMaxPairsPerLane; ++p) {
-      const int i = lane + 32 * p;
-      if (i >= half) break;
-      float x0 = __fmul_rn(a[p], inv), x1 = __fmul_rn(b[p], inv);
-      if (job.weight != nullptr) x0 = __fmul_rn(x0, w0[p]), x1 = __fmul_rn(x1, w1[p]);
-      if (job.rope && rotates[p]) detail::rotate_pair(x0, x1, sn[p], cs[p]);
-      if (cache != nullptr) {
-        cache[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x0));
-        cache[i + half] = __bfloat16_as_ushort(__float2bfloat16_rn(x1));
-      } else {
-        xr[i] = x0;
-        xr[i + half] = x1;
-      }
+    if (job.store != nullptr) {
+      uint16_t* cache = job.store[q_seq[t]] + (static_cast<int64_t>(position) * job.heads + head) * head_dim;
+      detail::norm_head(xr, head_dim, eps, lane, weights, job.weight != nullptr, job.rope, angles,
+                        [&](int i, float x0, float x1) {
+                          cache[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x0));
+                          cache[i + half] = __bfloat16_as_ushort(__float2bfloat16_rn(x1));
+                        });
+    } else {
+      detail::norm_head(xr, head_dim, eps, lane, weights, job.weight != nullptr, job.rope, angles,
+                        [&](int i, float x0, float x1) {
+                          xr[i] = x0;
+                          xr[i + half] = x1;
+                        });
     }
   }
 }
@@ -141,8 +103,10 @@ void attention_inputs(const HeadNormJob* jobs, int job_count, int64_t tokens, in
                       cudaStream_t stream, int heads_per_warp) {
   LMX_REQUIRE(InvalidArgument, job_count >= 0 && job_count <= kMaxHeadNormJobs,
               "attention_inputs: {} jobs (at most {})", job_count, kMaxHeadNormJobs);
-  LMX_REQUIRE(InvalidArgument, head_dim > 0 && head_dim % 2 == 0 && head_dim <= 64 * kMaxPairsPerLane,
-              "attention_inputs: head_dim {} must be even and at most {}", head_dim, 64 * kMaxPairsPerLane);
+  LMX_REQUIRE(InvalidArgument,
+              head_dim > 0 && head_dim % 2 == 0 && head_dim <= 64 * detail::kMaxHeadPairsPerLane,
+              "attention_inputs: head_dim {} must be even and at most {}", head_dim,
+              64 * detail::kMaxHeadPairsPerLane);
   Jobs all;
   for (int i = 0; i < job_count; ++i) {
     LMX_REQUIRE(InvalidArgument, jobs[i].heads >= 0 && jobs[i].x != nullptr, "attention_inputs: bad job {}", i);

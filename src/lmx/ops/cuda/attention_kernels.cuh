@@ -57,6 +57,19 @@ struct Params {
   // Prefill: work[0] = item counter, work[1] = tile count, work[2 ..] = first token of each tile, then
   // `tokens` as a sentinel.
   int* work = nullptr;
+  // Batch-1 decode that takes attention_inputs' work itself (attention_with_inputs; inputs_fused): q holds
+  // the raw projection, which the kernel norms (q_norm; nullptr: no weight) and rotates; k_in / v_in, when
+  // set, the call's raw key and value rows, which it norms (k_norm; values without a weight), rotates
+  // (keys), appends to k_store / v_store (the caches k / v read) and takes as the new key row.
+  bool inputs_fused = false;
+  const float* q_norm = nullptr;
+  const float* k_in = nullptr;
+  const float* v_in = nullptr;
+  const float* k_norm = nullptr;
+  uint16_t* const* k_store = nullptr;
+  uint16_t* const* v_store = nullptr;
+  const float* inv_freq = nullptr;
+  float eps = 0.0f;
 };
 
 // Per head-dim tier DT (head_dim ≤ DT, zero-padded in shared memory): NW warps share 16 query rows;
@@ -470,6 +483,9 @@ __device__ __forceinline__ void process_tile(char* smem, ChunkState<DT, NW>& st,
 
 // Split-KV kernel + combine; p.part_acc, p.part_ml, p.n_slots, p.gh = min(group, 16), p.head_blocks set.
 void launch_decode(const Params& p, int dim_tier, cudaStream_t stream);
+// Blocks of the split-KV grid when launch_decode would fold its chunk states in thread-block clusters, else
+// 0.
+int decode_cluster_blocks(const Params& p, int dim_tier);
 // Whether tier dim_tier's prefill runs the wgmma kernel (sm90a/attention_prefill_wgmma.cu: tiers 256 and 512
 // on a device of compute capability 9.0, unless LMX_ATTN_WGMMA=0 in the environment), and its launcher (after
 // the tile list).
