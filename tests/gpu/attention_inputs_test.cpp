@@ -51,22 +51,80 @@ struct Inputs {
   std::vector<uint16_t> k_cache, v_cache;
 };
 
-Inputs make_inputs(const Case& c) {
+// `tokens` query tokens at positions pos, pos + 1, ... (x holds that many stacked rows).
+Inputs make_inputs(const Case& c, int tokens = 1) {
   Inputs in;
   const int64_t width = int64_t{c.heads + 2 * c.kv_heads} * c.dim;
-  in.x = test::random_floats(static_cast<size_t>(width), -3.0f, 3.0f);
+  in.x = test::random_floats(static_cast<size_t>(tokens * width), -3.0f, 3.0f);
   in.q_norm = test::random_floats(static_cast<size_t>(c.dim), 0.5f, 1.5f);
   in.k_norm = test::random_floats(static_cast<size_t>(c.dim), 0.5f, 1.5f);
   in.inv_freq = ops::rope_inv_freq(c.dim, 10000.0, c.dim / 4);  // a quarter of the pairs rotate
   const size_t row = static_cast<size_t>(c.kv_heads) * static_cast<size_t>(c.dim);
   in.k_cache.assign(static_cast<size_t>(c.capacity) * row, kBf16NaN);
   in.v_cache = in.k_cache;
-  const int written = c.own_kv ? c.pos : c.pos + 1;  // rows older than this call (and the shared row)
+  const int written = c.own_kv ? c.pos : c.pos + tokens;  // rows older than this call (and the shared rows)
   const std::vector<float> k = test::random_floats(static_cast<size_t>(written) * row, -1.0f, 1.0f);
   const std::vector<float> v = test::random_floats(static_cast<size_t>(written) * row, -1.0f, 1.0f);
   for (size_t i = 0; i < k.size(); ++i) in.k_cache[i] = f32_to_bf16(k[i]), in.v_cache[i] = f32_to_bf16(v[i]);
   return in;
 }
+
+// Device copies of `in` and the batch and inputs of an attention_with_inputs call over them.
+struct DeviceCall {
+  DeviceBuffer x, q_norm, k_norm, inv_freq, k_cache, v_cache, k_table, v_table, pos, seq, kv_len, out,
+      partials;
+  cuda::AttentionBatch batch;
+  cuda::AttentionInputs inputs;
+  size_t partials_bytes = 0;
+
+  DeviceCall(const Case& c, const Inputs& in, int tokens = 1) {
+    const int64_t qw = int64_t{c.heads} * c.dim, kvw = int64_t{c.kv_heads} * c.dim;
+    x = cuda::upload_vector(in.x);
+    q_norm = cuda::upload_vector(in.q_norm);
+    k_norm = cuda::upload_vector(in.k_norm);
+    inv_freq = cuda::upload_vector(in.inv_freq);
+    k_cache = cuda::upload_vector(in.k_cache);
+    v_cache = cuda::upload_vector(in.v_cache);
+    k_table = cuda::upload_vector(std::vector<uint16_t*>{k_cache.as<uint16_t>()});
+    v_table = cuda::upload_vector(std::vector<uint16_t*>{v_cache.as<uint16_t>()});
+    std::vector<int32_t> positions(static_cast<size_t>(tokens));
+    for (int t = 0; t < tokens; ++t) positions[static_cast<size_t>(t)] = c.pos + t;
+    pos = cuda::upload_vector(positions);
+    seq = cuda::upload_vector(std::vector<int32_t>(static_cast<size_t>(tokens), 0));
+    kv_len = cuda::upload_vector(std::vector<int32_t>{c.kv_len});
+    out = cuda::upload_vector(std::vector<float>(static_cast<size_t>(tokens * qw), -1.0f));
+    batch.q = x.as<float>();
+    batch.q_stride = qw + 2 * kvw;
+    batch.out = out.as<float>();
+    batch.tokens = tokens;
+    batch.heads = c.heads;
+    batch.kv_heads = c.kv_heads;
+    batch.head_dim = c.dim;
+    batch.q_pos = pos.as<int32_t>();
+    batch.q_seq = seq.as<int32_t>();
+    batch.k = k_table.as<uint16_t*>();
+    batch.v = v_table.as<uint16_t*>();
+    batch.kv_len = kv_len.as<int32_t>();
+    batch.max_kv_len = c.capacity;
+    batch.window = c.window;
+    batch.scale = 1.0f;
+    inputs.q = x.as<float>();
+    inputs.q_norm = q_norm.as<float>();
+    if (c.own_kv) {
+      inputs.k = x.as<float>() + qw;
+      inputs.v = c.k_eq_v ? inputs.k : inputs.k + kvw;
+      inputs.kv_stride = batch.q_stride;
+      inputs.k_norm = k_norm.as<float>();
+      inputs.k_store = k_table.as<uint16_t*>();
+      inputs.v_store = v_table.as<uint16_t*>();
+    }
+    inputs.inv_freq = inv_freq.as<float>();
+    inputs.eps = 1e-6f;
+    partials_bytes = cuda::attention_partials_bytes(batch);
+    partials = DeviceBuffer(partials_bytes);
+    LMX_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+};
 
 struct Result {
   bool fused = false;
@@ -83,55 +141,14 @@ class CudaAttentionInputs : public ::testing::Test {
 
   // attention_with_inputs on fresh device copies of `in`.
   Result run(const Case& c, const Inputs& in, cuda::InputsFusion fusion) {
-    const int64_t qw = int64_t{c.heads} * c.dim, kvw = int64_t{c.kv_heads} * c.dim;
-    DeviceBuffer x = cuda::upload_vector(in.x), q_norm = cuda::upload_vector(in.q_norm),
-                 k_norm = cuda::upload_vector(in.k_norm), inv_freq = cuda::upload_vector(in.inv_freq);
-    DeviceBuffer k_cache = cuda::upload_vector(in.k_cache), v_cache = cuda::upload_vector(in.v_cache);
-    DeviceBuffer k_table = cuda::upload_vector(std::vector<uint16_t*>{k_cache.as<uint16_t>()});
-    DeviceBuffer v_table = cuda::upload_vector(std::vector<uint16_t*>{v_cache.as<uint16_t>()});
-    DeviceBuffer pos = cuda::upload_vector(std::vector<int32_t>{c.pos});
-    DeviceBuffer seq = cuda::upload_vector(std::vector<int32_t>{0});
-    DeviceBuffer kv_len = cuda::upload_vector(std::vector<int32_t>{c.kv_len});
-    DeviceBuffer out = cuda::upload_vector(std::vector<float>(static_cast<size_t>(qw), -1.0f));
-
-    cuda::AttentionBatch batch;
-    batch.q = x.as<float>();
-    batch.q_stride = qw + 2 * kvw;
-    batch.out = out.as<float>();
-    batch.tokens = 1;
-    batch.heads = c.heads;
-    batch.kv_heads = c.kv_heads;
-    batch.head_dim = c.dim;
-    batch.q_pos = pos.as<int32_t>();
-    batch.q_seq = seq.as<int32_t>();
-    batch.k = k_table.as<uint16_t*>();
-    batch.v = v_table.as<uint16_t*>();
-    batch.kv_len = kv_len.as<int32_t>();
-    batch.max_kv_len = c.capacity;
-    batch.window = c.window;
-    batch.scale = 1.0f;
-    cuda::AttentionInputs inputs;
-    inputs.q = x.as<float>();
-    inputs.q_norm = q_norm.as<float>();
-    if (c.own_kv) {
-      inputs.k = x.as<float>() + qw;
-      inputs.v = c.k_eq_v ? inputs.k : inputs.k + kvw;
-      inputs.kv_stride = batch.q_stride;
-      inputs.k_norm = k_norm.as<float>();
-      inputs.k_store = k_table.as<uint16_t*>();
-      inputs.v_store = v_table.as<uint16_t*>();
-    }
-    inputs.inv_freq = inv_freq.as<float>();
-    inputs.eps = 1e-6f;
-    const size_t bytes = cuda::attention_partials_bytes(batch);
-    DeviceBuffer partials(bytes);
-    LMX_CUDA_CHECK(cudaDeviceSynchronize());
+    DeviceCall call(c, in);
     Result r;
-    r.fused = cuda::attention_with_inputs(batch, inputs, partials.as<float>(), bytes, ctx_->stream(), fusion);
+    r.fused = cuda::attention_with_inputs(call.batch, call.inputs, call.partials.as<float>(),
+                                          call.partials_bytes, ctx_->stream(), fusion);
     ctx_->synchronize();
-    r.out = cuda::download_vector<float>(out, static_cast<size_t>(qw));
-    r.k_cache = cuda::download_vector<uint16_t>(k_cache, in.k_cache.size());
-    r.v_cache = cuda::download_vector<uint16_t>(v_cache, in.v_cache.size());
+    r.out = cuda::download_vector<float>(call.out, static_cast<size_t>(c.heads) * static_cast<size_t>(c.dim));
+    r.k_cache = cuda::download_vector<uint16_t>(call.k_cache, in.k_cache.size());
+    r.v_cache = cuda::download_vector<uint16_t>(call.v_cache, in.v_cache.size());
     return r;
   }
 
@@ -214,64 +231,32 @@ TEST_F(CudaAttentionInputs, AutoDeclinesLargeClusterGrids) {
 // Calls with more than one query token, or past the split-KV path, run the two kernels (and say so); with
 // InputsFusion::kNever a single token does too. Inconsistent inputs are rejected before any launch.
 TEST_F(CudaAttentionInputs, UnfusedCallsAndRejects) {
-  const Case c{8, 2, 256, 0, 10, 11, 64};
-  const Inputs in = make_inputs(c);
-  EXPECT_FALSE(run(c, in, cuda::InputsFusion::kNever).fused);
+  const Case c{8, 2, 256, 0, 10, 12, 64};
+  EXPECT_FALSE(run(c, make_inputs(c), cuda::InputsFusion::kNever).fused);
 
-  const int64_t qw = int64_t{c.heads} * c.dim, kvw = int64_t{c.kv_heads} * c.dim;
-  DeviceBuffer x = cuda::upload_vector(std::vector<float>(static_cast<size_t>(2 * (qw + 2 * kvw)), 0.5f));
-  DeviceBuffer inv_freq = cuda::upload_vector(in.inv_freq);
-  DeviceBuffer k_cache = cuda::upload_vector(in.k_cache), v_cache = cuda::upload_vector(in.v_cache);
-  DeviceBuffer k_table = cuda::upload_vector(std::vector<uint16_t*>{k_cache.as<uint16_t>()});
-  DeviceBuffer v_table = cuda::upload_vector(std::vector<uint16_t*>{v_cache.as<uint16_t>()});
-  DeviceBuffer pos = cuda::upload_vector(std::vector<int32_t>{10, 11});
-  DeviceBuffer seq = cuda::upload_vector(std::vector<int32_t>{0, 0});
-  DeviceBuffer kv_len = cuda::upload_vector(std::vector<int32_t>{12});
-  DeviceBuffer out(static_cast<size_t>(2 * qw) * sizeof(float));
-  cuda::AttentionBatch batch;
-  batch.q = x.as<float>();
-  batch.q_stride = qw + 2 * kvw;
-  batch.out = out.as<float>();
-  batch.tokens = 2;
-  batch.heads = c.heads;
-  batch.kv_heads = c.kv_heads;
-  batch.head_dim = c.dim;
-  batch.q_pos = pos.as<int32_t>();
-  batch.q_seq = seq.as<int32_t>();
-  batch.k = k_table.as<uint16_t*>();
-  batch.v = v_table.as<uint16_t*>();
-  batch.kv_len = kv_len.as<int32_t>();
-  batch.max_kv_len = c.capacity;
-  cuda::AttentionInputs inputs;
-  inputs.q = x.as<float>();
-  inputs.k = x.as<float>() + qw;
-  inputs.v = inputs.k + kvw;
-  inputs.kv_stride = batch.q_stride;
-  inputs.k_store = k_table.as<uint16_t*>();
-  inputs.v_store = v_table.as<uint16_t*>();
-  inputs.inv_freq = inv_freq.as<float>();
-  inputs.eps = 1e-6f;
-  const size_t bytes = cuda::attention_partials_bytes(batch);
-  DeviceBuffer partials(bytes);
+  DeviceCall two_tokens(c, make_inputs(c, 2), 2);
+  const cuda::AttentionBatch& batch = two_tokens.batch;
+  const cuda::AttentionInputs& inputs = two_tokens.inputs;
+  float* partials = two_tokens.partials.as<float>();
+  const size_t bytes = two_tokens.partials_bytes;
   const cudaStream_t s = ctx_->stream();
-  EXPECT_FALSE(cuda::attention_with_inputs(batch, inputs, partials.as<float>(), bytes, s,
+  EXPECT_FALSE(cuda::attention_with_inputs(batch, inputs, partials, bytes, s,
                                            cuda::InputsFusion::kAlways));  // two tokens
   ctx_->synchronize();
 
   cuda::AttentionInputs bad = inputs;
   bad.v = nullptr;  // keys without values
-  EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials.as<float>(), bytes, s), InvalidArgument);
+  EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials, bytes, s), InvalidArgument);
   bad = inputs;
   bad.k_store = bad.v_store;  // appended to a cache the batch does not read
-  EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials.as<float>(), bytes, s), InvalidArgument);
+  EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials, bytes, s), InvalidArgument);
   bad = inputs;
   bad.q = inputs.k;  // not the batch's q
-  EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials.as<float>(), bytes, s), InvalidArgument);
+  EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials, bytes, s), InvalidArgument);
   bad = inputs;
   bad.inv_freq = nullptr;
-  EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials.as<float>(), bytes, s), InvalidArgument);
-  EXPECT_THROW(cuda::attention_with_inputs(batch, inputs, partials.as<float>(), bytes / 2, s),
-               InvalidArgument);
+  EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials, bytes, s), InvalidArgument);
+  EXPECT_THROW(cuda::attention_with_inputs(batch, inputs, partials, bytes / 2, s), InvalidArgument);
   ctx_->synchronize();
 }
 

@@ -12,6 +12,8 @@
 
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
 namespace lmx::cuda::attn {
 namespace {
 
@@ -388,44 +390,36 @@ bool launch_decode_dt(const Params& p, cudaStream_t stream) {
   return false;
 }
 
-template <int DT>
-bool launch_decode_dt(const Params& p, cudaStream_t stream) {
-  return p.inputs_fused ? launch_decode_dt<DT, true>(p, stream) : launch_decode_dt<DT, false>(p, stream);
+// f(std::integral_constant<int, DT>{}) for the head-dim tier DT.
+template <class F>
+bool for_tier(int dim_tier, F&& f) {
+  switch (dim_tier) {
+    case 32:
+      return f(std::integral_constant<int, 32>{});
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    case 128:
+      return f(std::integral_constant<int, 128>{});
+    case 256:
+      return f(std::integral_constant<int, 256>{});
+    default:
+      return f(std::integral_constant<int, 512>{});
+  }
 }
 
 }  // namespace
 
 int decode_cluster_blocks(const Params& p, int dim_tier) {
-  bool folds = false;
-  switch (dim_tier) {
-    case 32:
-      folds = folds_in_clusters<32, true>(p);
-      break;
-    case 64:
-      folds = folds_in_clusters<64, true>(p);
-      break;
-    case 128:
-      folds = folds_in_clusters<128, true>(p);
-      break;
-    case 256:
-      folds = folds_in_clusters<256, true>(p);
-      break;
-    default:
-      folds = folds_in_clusters<512, true>(p);
-      break;
-  }
+  const bool folds =
+      for_tier(dim_tier, [&](auto dt) { return folds_in_clusters<decltype(dt)::value, true>(p); });
   return folds ? p.tokens * p.kv_heads * p.head_blocks * p.n_slots : 0;
 }
 
 void launch_decode(const Params& p, int dim_tier, cudaStream_t stream) {
-  bool folded = false;
-  switch (dim_tier) {
-    case 32: folded = launch_decode_dt<32>(p, stream); break;
-    case 64: folded = launch_decode_dt<64>(p, stream); break;
-    case 128: folded = launch_decode_dt<128>(p, stream); break;
-    case 256: folded = launch_decode_dt<256>(p, stream); break;
-    default: folded = launch_decode_dt<512>(p, stream); break;
-  }
+  const bool folded = for_tier(dim_tier, [&](auto dt) {
+    constexpr int DT = decltype(dt)::value;
+    return p.inputs_fused ? launch_decode_dt<DT, true>(p, stream) : launch_decode_dt<DT, false>(p, stream);
+  });
   if (folded) return;
   const size_t smem = sizeof(float) * 4 * static_cast<size_t>(p.n_slots);
   launch(combine_kernel, static_cast<unsigned>(p.tokens * p.heads), kCombineThreads, smem, stream, p);
