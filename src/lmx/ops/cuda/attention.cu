@@ -158,10 +158,10 @@ void set_decode_fields(attn::Params& p, const Plan& plan, float* partials) {
 
 // InputsFusion::kAuto fuses unless the split-KV kernel would fold in clusters over more blocks than this.
 // Fused, the kernel's blocks are launched early (PDL) while the q/k/v projection still runs, and clusters of
-// up to 16 blocks, ~80 KB of shared memory each, that cover the GPU wait for whole GPCs to free up: 26B-A4B's
-// sliding layers (8 kv heads × 16 slots = 128 blocks) decoded 1.4 % slower fused, though 3.6 % faster without
-// PDL and 0.9 % faster without clusters; grids of 16 to 64 blocks (E2B, E4B, 26B-A4B's and 31B's global
-// layers) gain.
+// up to 16 blocks, ~80 KB of shared memory each, that cover the GPU wait for whole GPCs to free up: 26B-A4B,
+// whose sliding layers fold 8 kv heads × 16 slots = 128 blocks, decoded 1.2-1.4 % slower fused everywhere,
+// though 3.6 % faster without PDL and 0.9 % faster without clusters; grids of 16 to 64 blocks (E2B, E4B,
+// 26B-A4B's and 31B's global layers) gain (docs/benchmarks.md, twenty-fourth pass).
 constexpr int kFusedMaxClusterBlocks = 64;
 
 // LMX_ATTN_FUSED_INPUTS replaces kAuto's rule: 0 never fuses, 2 always (where the kernel can), 1 the rule
