@@ -176,19 +176,14 @@ InputsFusion auto_fusion() {
   return forced == 0 ? InputsFusion::kNever : forced == 2 ? InputsFusion::kAlways : InputsFusion::kAuto;
 }
 
-}  // namespace
-
-void attention(const AttentionBatch& batch, float* partials, size_t partials_bytes, cudaStream_t stream) {
-  if (batch.tokens <= 0) return;
-  validate(batch);
-  const Plan plan = make_plan(batch);
-  check_partials(plan, partials, partials_bytes);
-  attn::Params p = make_params(batch);
+// The attention kernels of a validated batch whose partials the plan's check passed (p: make_params').
+void launch_attention(const AttentionBatch& batch, const Plan& plan, attn::Params& p, float* partials,
+                      cudaStream_t stream) {
+  const int tier = dim_tier(batch.head_dim);
   if (plan.decode) {
     set_decode_fields(p, plan, partials);
-    attn::launch_decode(p, dim_tier(batch.head_dim), stream);
+    attn::launch_decode(p, tier, stream);
   } else {
-    const int tier = dim_tier(batch.head_dim);
     const bool wgmma = attn::prefill_wgmma_runs(tier);
     const int rows = attn::prefill_rows(tier, wgmma);
     p.gh = std::min(p.group, rows);
@@ -197,6 +192,17 @@ void attention(const AttentionBatch& batch, float* partials, size_t partials_byt
     p.work = reinterpret_cast<int*>(partials);
     attn::launch_prefill(p, tier, wgmma, stream);
   }
+}
+
+}  // namespace
+
+void attention(const AttentionBatch& batch, float* partials, size_t partials_bytes, cudaStream_t stream) {
+  if (batch.tokens <= 0) return;
+  validate(batch);
+  const Plan plan = make_plan(batch);
+  check_partials(plan, partials, partials_bytes);
+  attn::Params p = make_params(batch);
+  launch_attention(batch, plan, p, partials, stream);
 }
 
 void attention_inputs(const AttentionBatch& batch, const AttentionInputs& in, cudaStream_t stream) {
@@ -237,7 +243,7 @@ bool attention_with_inputs(const AttentionBatch& batch, const AttentionInputs& i
   }
   if (!fuse) {
     attention_inputs(batch, in, stream);
-    attention(batch, partials, partials_bytes, stream);
+    launch_attention(batch, plan, p, partials, stream);
     return false;
   }
   p.inputs_fused = true;
