@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=("$@")
-((${#targets[@]})) || targets=(lmx test_gpu bench_cuda_linear bench_cuda_attention bench_cuda_moe)
+((${#targets[@]})) || targets=(lmx test_gpu bench_cuda_linear bench_cuda_attention bench_cuda_moe bench_cuda_chain)
 if [ ! -f build/device/build.ninja ]; then
   cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMX_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_CUDA_FLAGS="-Xfatbin=-compress-all" >/dev/null

@@ -1,0 +1,364 @@
+// Benchmark of the boundary between two dependent kernels inside a CUDA graph: what a decode step pays per
+// kernel besides its work. A chain of `length` kernels, each of `blocks` blocks of 128 threads, where every
+// block reads the whole `width`-float output of the kernel before it (as a batch-1 projection reads its x)
+// and writes its own slice of the next vector; optionally each block first streams `bytes_per_block` of
+// never-written "weights" from HBM into shared memory (requested before its dependency wait, as
+// q4_gemv_kernel requests its first ring chunks). Three ways to wait for the kernel before:
+//   plain  stream order (no programmatic launch): a block starts once the previous grid has finished;
+//   pdl    programmatic dependent launch: blocks start early and sit in griddepcontrol.wait, which returns
+//          once the previous grid has completed and flushed (what every lmx kernel does, launch.cuh);
+//   early  as pdl, but each block lets the next kernel launch before its own wait (a deeper pipeline: kernels
+//          two or more ahead may be resident and fetch their weights; lmx's contract does not allow it, since
+//          its kernels read data written two kernels back before their wait);
+//   flag   programmatic launch, but a block waits for a counter instead: every block of the previous kernel
+//          adds one to its counter after writing its slice (fence, then a relaxed atomic), and thread 0 of
+//          each block of the next one spins on an acquire load until the counter reaches the step's target.
+// And, for comparison, no kernel boundaries at all:
+//   persist  one persistent kernel (a cooperative launch: every block resident) that runs the chain's
+//   `length`
+//            steps as phases separated by a grid barrier (the same counter and acquire spin as flag); each
+//            block requests the next phase's weights (double-buffered) as soon as it has read this phase's.
+// Prints µs per kernel (graph replays of the whole chain, medians) and checks every value each block read:
+// a stale read (a dependency that did not hold) makes the run fail.
+//
+// Usage: bench_cuda_chain [length] [width] [bytes_per_block]   (default 256 2560 0)
+#include "bench_cuda_support.cuh"
+#include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/device_memory.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+using lmx::cuda::DeviceBuffer;
+
+enum class Wait : int { kPlain, kPdl, kPdlEarly, kFlag };
+
+constexpr int kThreads = 128;
+constexpr int kMaxWeightBytes = 64 * 1024;
+
+struct Link {
+  const float* in;
+  float* out;
+  int width;
+  int index;              // position in the chain; the values it reads are `index` (out = in + 1)
+  const unsigned* epoch;  // replays of the chain so far + 1 (flag waits)
+  unsigned* counters;     // [length]: blocks done, summed over replays
+  const uint4* weights;   // this kernel's bytes (blocks * bytes_per_block), or null
+  int weight_bytes;       // per block
+  unsigned* errors;
+};
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <Wait kWait>
+__global__ void __launch_bounds__(kThreads) link_kernel(Link l) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = static_cast<int>(threadIdx.x);
+  // The weights before the wait (never written, so allowed), 16 bytes per thread and copy.
+  if (l.weights != nullptr) {
+    const uint4* src = l.weights + static_cast<size_t>(blockIdx.x) * (l.weight_bytes / 16);
+    for (int i = tid; i < l.weight_bytes / 16; i += kThreads) {
+      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem + 16 * i));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src + i) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  if constexpr (kWait == Wait::kFlag) {
+    // (The first kernel follows reset_chain, which does not signal: it waits as pdl does.)
+    if (l.index == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+    const unsigned epoch = *l.epoch;
+    if (l.index > 0 && tid == 0) {
+      const unsigned target = epoch * gridDim.x;  // every kernel of the chain has the same grid
+      while (load_acquire(l.counters + l.index - 1) < target) {
+      }
+    }
+    __syncthreads();
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  } else if constexpr (kWait == Wait::kPdl) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  } else if constexpr (kWait == Wait::kPdlEarly) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
+  // Read the whole input (every value must be the chain position), fold in the weights, write a slice.
+  const float expected = static_cast<float>(l.index);
+  int bad = 0;
+  for (int i = tid; i < l.width; i += kThreads) bad |= l.in[i] != expected;
+  float extra = 0.0f;
+  if (l.weights != nullptr) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(smem);
+    for (int i = tid; i < l.weight_bytes / 4; i += kThreads) extra += static_cast<float>(words[i] & 1u);
+  }
+  if (bad) atomicAdd(l.errors, 1u);
+  const int per = (l.width + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  const int begin = static_cast<int>(blockIdx.x) * per;
+  for (int i = begin + tid; i < begin + per && i < l.width; i += kThreads)
+    l.out[i] = l.in[i] + 1.0f + 0.0f * extra;  // (extra keeps the weight reads alive; always finite)
+  if constexpr (kWait == Wait::kFlag) {
+    __syncthreads();  // every thread's slice is written
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(l.counters + l.index, 1u);
+    }
+  }
+}
+
+__global__ void bump_epoch(unsigned* epoch) {
+  ++*epoch;
+}
+
+__global__ void reset_chain(float* v, int width) {
+  for (int i = static_cast<int>(threadIdx.x); i < width; i += blockDim.x) v[i] = 0.0f;
+}
+
+const char* wait_name(Wait w) {
+  switch (w) {
+    case Wait::kPlain:
+      return "plain";
+    case Wait::kPdl:
+      return "pdl";
+    case Wait::kPdlEarly:
+      return "early";
+    default:
+      return "flag";
+  }
+}
+
+template <Wait kWait>
+void launch_link(const Link& l, int blocks, size_t smem, cudaStream_t stream) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = kWait == Wait::kPlain ? 0 : 1;
+  LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, link_kernel<kWait>, l));
+}
+
+// µs per kernel of one chain configuration; exits non-zero on a stale read.
+template <Wait kWait>
+double time_chain(int length, int blocks, int width, int bytes_per_block, cudaStream_t stream) {
+  DeviceBuffer vectors(sizeof(float) * static_cast<size_t>(width) * 2);
+  DeviceBuffer counters(sizeof(unsigned) * static_cast<size_t>(length));
+  DeviceBuffer epoch(sizeof(unsigned)), errors(sizeof(unsigned));
+  LMX_CUDA_CHECK(cudaMemset(counters.data(), 0, counters.bytes()));
+  LMX_CUDA_CHECK(cudaMemset(errors.data(), 0, errors.bytes()));
+  const unsigned one = 1;
+  LMX_CUDA_CHECK(cudaMemcpy(epoch.data(), &one, sizeof(one), cudaMemcpyHostToDevice));
+  // Weights: a distinct region per kernel, ≥ 512 MiB in all when used (so they come from HBM).
+  const size_t per_kernel = static_cast<size_t>(blocks) * bytes_per_block;
+  const int regions =
+      per_kernel == 0 ? 0 : static_cast<int>(std::max<size_t>((size_t{512} << 20) / per_kernel, 1));
+  DeviceBuffer weights(std::max<size_t>(per_kernel * static_cast<size_t>(std::min(regions, length)), 16));
+  if (per_kernel > 0) lmx::bench::fill_random(weights.data(), weights.bytes() & ~size_t{3}, 7, false);
+  const size_t smem = static_cast<size_t>(bytes_per_block);
+  if (smem > 48 * 1024)
+    LMX_CUDA_CHECK(cudaFuncSetAttribute(link_kernel<kWait>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+
+  float* v = vectors.as<float>();
+  cudaGraph_t graph;
+  LMX_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  reset_chain<<<1, 256, 0, stream>>>(v, width);
+  for (int k = 0; k < length; ++k) {
+    Link l{};
+    l.in = v + (k % 2) * width;
+    l.out = v + ((k + 1) % 2) * width;
+    l.width = width;
+    l.index = k;
+    l.epoch = epoch.as<unsigned>();
+    l.counters = counters.as<unsigned>();
+    l.weights = per_kernel == 0
+                    ? nullptr
+                    : reinterpret_cast<const uint4*>(weights.as<unsigned char>() +
+                                                     per_kernel * static_cast<size_t>(k % regions));
+    l.weight_bytes = bytes_per_block;
+    l.errors = errors.as<unsigned>();
+    launch_link<kWait>(l, blocks, smem, stream);
+  }
+  bump_epoch<<<1, 1, 0, stream>>>(epoch.as<unsigned>());
+  LMX_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  LMX_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double seconds =
+      lmx::bench::median_seconds(stream, 7, 4, [&](int) { LMX_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+  LMX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  unsigned bad = 0;
+  LMX_CUDA_CHECK(cudaMemcpy(&bad, errors.data(), sizeof(bad), cudaMemcpyDeviceToHost));
+  LMX_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  LMX_CUDA_CHECK(cudaGraphDestroy(graph));
+  if (bad != 0) {
+    fmt::print(stderr, "bench_cuda_chain: {} blocks read a stale value ({} wait, {} blocks)\n", bad,
+               wait_name(kWait), blocks);
+    std::exit(1);
+  }
+  return seconds * 1e6 / length;
+}
+
+// The whole chain in one kernel (persist): phase k reads vector k % 2, checks it holds k, writes vector (k +
+// 1) % 2.
+struct Phases {
+  float* vectors;  // [2][width]
+  int width, length;
+  unsigned* arrived;     // blocks that finished a phase, summed over phases (zeroed before each launch)
+  const uint4* weights;  // [regions][blocks][weight_bytes], or null
+  int weight_bytes, regions;
+  unsigned* errors;
+};
+
+__global__ void __launch_bounds__(kThreads) persistent_chain(Phases c) {
+  extern __shared__ __align__(16) unsigned char smem[];  // two weight buffers
+  const int tid = static_cast<int>(threadIdx.x);
+  const int words16 = c.weight_bytes / 16;
+  auto request = [&](int phase) {
+    if (c.weights == nullptr || phase >= c.length) return;
+    const uint4* src =
+        c.weights + (static_cast<size_t>(phase % c.regions) * gridDim.x + blockIdx.x) * words16;
+    unsigned char* dst = smem + (phase % 2) * c.weight_bytes;
+    for (int i = tid; i < words16; i += kThreads) {
+      const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst + 16 * i));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src + i) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  request(0);
+  const int per = (c.width + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  const int begin = static_cast<int>(blockIdx.x) * per;
+  for (int k = 0; k < c.length; ++k) {
+    if (k > 0) {
+      if (tid == 0)
+        while (load_acquire(c.arrived) < static_cast<unsigned>(k) * gridDim.x) {
+        }
+      __syncthreads();
+    }
+    const float* in = c.vectors + (k % 2) * c.width;
+    float* out = c.vectors + ((k + 1) % 2) * c.width;
+    int bad = 0;
+    for (int i = tid; i < c.width; i += kThreads) bad |= in[i] != static_cast<float>(k);
+    float extra = 0.0f;
+    if (c.weights != nullptr) {
+      asm volatile("cp.async.wait_all;" ::: "memory");
+      __syncthreads();
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(smem + (k % 2) * c.weight_bytes);
+      for (int i = tid; i < c.weight_bytes / 4; i += kThreads) extra += static_cast<float>(words[i] & 1u);
+      __syncthreads();  // (buffer k % 2 is free for phase k + 2)
+      request(k + 1);
+    }
+    if (bad) atomicAdd(c.errors, 1u);
+    for (int i = begin + tid; i < begin + per && i < c.width; i += kThreads)
+      out[i] = in[i] + 1.0f + 0.0f * extra;
+    __syncthreads();
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(c.arrived, 1u);
+    }
+  }
+}
+
+// µs per phase of persistent_chain, or a negative value when the blocks cannot all be resident.
+double time_persistent(int length, int blocks, int width, int bytes_per_block, cudaStream_t stream) {
+  const size_t smem = 2 * static_cast<size_t>(bytes_per_block);
+  if (smem > 48 * 1024)
+    LMX_CUDA_CHECK(cudaFuncSetAttribute(persistent_chain, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+  int per_sm = 0, device = 0, sms = 0;
+  LMX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_chain, kThreads, smem));
+  LMX_CUDA_CHECK(cudaGetDevice(&device));
+  LMX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (per_sm * sms < blocks) return -1.0;
+  DeviceBuffer vectors(sizeof(float) * static_cast<size_t>(width) * 2);
+  DeviceBuffer arrived(sizeof(unsigned)), errors(sizeof(unsigned));
+  LMX_CUDA_CHECK(cudaMemset(errors.data(), 0, errors.bytes()));
+  const size_t per_phase = static_cast<size_t>(blocks) * bytes_per_block;
+  const int regions =
+      per_phase == 0 ? 1 : static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / per_phase, 1, length));
+  DeviceBuffer weights(std::max<size_t>(per_phase * static_cast<size_t>(regions), 16));
+  if (per_phase > 0) lmx::bench::fill_random(weights.data(), weights.bytes() & ~size_t{3}, 7, false);
+  Phases c{};
+  c.vectors = vectors.as<float>();
+  c.width = width;
+  c.length = length;
+  c.arrived = arrived.as<unsigned>();
+  c.weights = per_phase == 0 ? nullptr : weights.as<const uint4>();
+  c.weight_bytes = bytes_per_block;
+  c.regions = regions;
+  c.errors = errors.as<unsigned>();
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const double seconds = lmx::bench::median_seconds(stream, 7, 4, [&](int) {
+    LMX_CUDA_CHECK(cudaMemsetAsync(c.vectors, 0, sizeof(float) * static_cast<size_t>(width), stream));
+    LMX_CUDA_CHECK(cudaMemsetAsync(c.arrived, 0, sizeof(unsigned), stream));
+    LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, persistent_chain, c));
+  });
+  LMX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  unsigned bad = 0;
+  LMX_CUDA_CHECK(cudaMemcpy(&bad, errors.data(), sizeof(bad), cudaMemcpyDeviceToHost));
+  if (bad != 0) {
+    fmt::print(stderr, "bench_cuda_chain: {} blocks read a stale value (persistent, {} blocks)\n", bad,
+               blocks);
+    std::exit(1);
+  }
+  return seconds * 1e6 / length;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int length = argc > 1 ? std::atoi(argv[1]) : 256;
+  const int width = argc > 2 ? std::atoi(argv[2]) : 2560;
+  const int bytes_per_block = argc > 3 ? std::atoi(argv[3]) : 0;
+  if (length < 2 || width < 1 || bytes_per_block < 0 || bytes_per_block % 16 != 0 ||
+      bytes_per_block > kMaxWeightBytes) {
+    fmt::print(
+        stderr,
+        "usage: bench_cuda_chain [length >= 2] [width >= 1] [bytes_per_block: multiple of 16, <= {}]\n",
+        kMaxWeightBytes);
+    return 2;
+  }
+  cudaStream_t stream;
+  LMX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  fmt::print("chain of {} kernels, {} floats per vector, {} weight bytes per block; µs per kernel\n", length,
+             width, bytes_per_block);
+  fmt::print("{:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "blocks", "bytes µs", "plain", "pdl", "early",
+             "flag", "persist");
+  for (const int blocks : {16, 132, 264, 640}) {
+    const double plain = time_chain<Wait::kPlain>(length, blocks, width, bytes_per_block, stream);
+    const double pdl = time_chain<Wait::kPdl>(length, blocks, width, bytes_per_block, stream);
+    const double early = time_chain<Wait::kPdlEarly>(length, blocks, width, bytes_per_block, stream);
+    const double flag = time_chain<Wait::kFlag>(length, blocks, width, bytes_per_block, stream);
+    // The weights alone at the H200's measured read bandwidth (4.53 TB/s, docs/benchmarks.md).
+    const double bytes_us = static_cast<double>(blocks) * bytes_per_block / 4.53e6;
+    const double persist = time_persistent(length, blocks, width, bytes_per_block, stream);
+    fmt::print("{:>7} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8}\n", blocks, bytes_us, plain, pdl,
+               early, flag, persist < 0 ? std::string("-") : fmt::format("{:.2f}", persist));
+  }
+  LMX_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
