@@ -21,7 +21,12 @@
 // Prints µs per kernel (graph replays of the whole chain, medians) and checks every value each block read:
 // a stale read (a dependency that did not hold) makes the run fail.
 //
-// Usage: bench_cuda_chain [length] [width] [bytes_per_block]   (default 256 2560 0)
+// With `neighbours` n > 0 a block reads only the slices of blocks b - n .. b + n of the kernel before (a
+// dependency on a few producers, as a head's attention has on its own q/k/v rows), and the flag and
+// persistent waits spin on those blocks' own flags instead of one counter; stream order and PDL still wait
+// for the whole previous grid.
+//
+// Usage: bench_cuda_chain [length] [width] [bytes_per_block] [neighbours]   (default 256 2560 0 0)
 #include "bench_cuda_support.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -42,7 +47,8 @@ using lmx::cuda::DeviceBuffer;
 enum class Wait : int { kPlain, kPdl, kPdlEarly, kFlag };
 
 constexpr int kThreads = 128;
-constexpr int kMaxWeightBytes = 64 * 1024;
+constexpr int kMaxWeightBytes = 32 * 1024;  // (the persistent kernel holds two buffers)
+constexpr int kMaxNeighbours = 63;          // (threads 0 .. 2n spin, one producer each)
 
 struct Link {
   const float* in;
@@ -50,7 +56,9 @@ struct Link {
   int width;
   int index;              // position in the chain; the values it reads are `index` (out = in + 1)
   const unsigned* epoch;  // replays of the chain so far + 1 (flag waits)
-  unsigned* counters;     // [length]: blocks done, summed over replays
+  unsigned* counters;     // [length]: blocks done, summed over replays (neighbours == 0)
+  unsigned* flags;        // [length][blocks]: the epoch a block last finished in (neighbours > 0)
+  int neighbours;
   const uint4* weights;   // this kernel's bytes (blocks * bytes_per_block), or null
   int weight_bytes;       // per block
   unsigned* errors;
@@ -60,6 +68,41 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+// The input range block b reads: everything, or the slices of blocks b - n .. b + n (`per` values each).
+struct ReadRange {
+  int begin, end;
+};
+__device__ __forceinline__ ReadRange read_range(int width, int per, int neighbours) {
+  if (neighbours == 0) return {0, width};
+  const int b = static_cast<int>(blockIdx.x), blocks = static_cast<int>(gridDim.x);
+  return {max(b - neighbours, 0) * per, min(min(b + neighbours + 1, blocks) * per, width)};
+}
+
+// Spins (threads 0 .. 2n) until blocks b - n .. b + n of the step before have set their flags to `target`,
+// then syncs the block.
+__device__ __forceinline__ void wait_for_neighbours(const unsigned* step_flags, int neighbours,
+                                                    unsigned target) {
+  const int b = static_cast<int>(blockIdx.x), blocks = static_cast<int>(gridDim.x);
+  const int producer = b - neighbours + static_cast<int>(threadIdx.x);
+  if (static_cast<int>(threadIdx.x) <= 2 * neighbours && producer >= 0 && producer < blocks)
+    while (load_acquire(step_flags + producer) < target) {
+    }
+  __syncthreads();
+}
+
+// After the block's writes: sets its flag to `value` (neighbours > 0) or adds one to the step's counter.
+__device__ __forceinline__ void signal_done(unsigned* counter, unsigned* step_flags, int neighbours,
+                                            unsigned value) {
+  __syncthreads();  // every thread's slice is written
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (neighbours > 0)
+      atomicExch(step_flags + blockIdx.x, value);
+    else
+      atomicAdd(counter, 1u);
+  }
 }
 
 template <Wait kWait>
@@ -79,12 +122,16 @@ __global__ void __launch_bounds__(kThreads) link_kernel(Link l) {
     // (The first kernel follows reset_chain, which does not signal: it waits as pdl does.)
     if (l.index == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
     const unsigned epoch = *l.epoch;
-    if (l.index > 0 && tid == 0) {
-      const unsigned target = epoch * gridDim.x;  // every kernel of the chain has the same grid
-      while (load_acquire(l.counters + l.index - 1) < target) {
+    if (l.index > 0 && l.neighbours > 0) {
+      wait_for_neighbours(l.flags + static_cast<size_t>(l.index - 1) * gridDim.x, l.neighbours, epoch);
+    } else {
+      if (l.index > 0 && tid == 0) {
+        const unsigned target = epoch * gridDim.x;  // every kernel of the chain has the same grid
+        while (load_acquire(l.counters + l.index - 1) < target) {
+        }
       }
+      __syncthreads();
     }
-    __syncthreads();
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   } else if constexpr (kWait == Wait::kPdl) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -93,10 +140,12 @@ __global__ void __launch_bounds__(kThreads) link_kernel(Link l) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
   }
-  // Read the whole input (every value must be the chain position), fold in the weights, write a slice.
+  // Read the input (every value must be the chain position), fold in the weights, write a slice.
   const float expected = static_cast<float>(l.index);
+  const int per = (l.width + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  const ReadRange range = read_range(l.width, per, l.neighbours);
   int bad = 0;
-  for (int i = tid; i < l.width; i += kThreads) bad |= l.in[i] != expected;
+  for (int i = range.begin + tid; i < range.end; i += kThreads) bad |= l.in[i] != expected;
   float extra = 0.0f;
   if (l.weights != nullptr) {
     asm volatile("cp.async.wait_all;" ::: "memory");
@@ -105,17 +154,12 @@ __global__ void __launch_bounds__(kThreads) link_kernel(Link l) {
     for (int i = tid; i < l.weight_bytes / 4; i += kThreads) extra += static_cast<float>(words[i] & 1u);
   }
   if (bad) atomicAdd(l.errors, 1u);
-  const int per = (l.width + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   const int begin = static_cast<int>(blockIdx.x) * per;
   for (int i = begin + tid; i < begin + per && i < l.width; i += kThreads)
     l.out[i] = l.in[i] + 1.0f + 0.0f * extra;  // (extra keeps the weight reads alive; always finite)
-  if constexpr (kWait == Wait::kFlag) {
-    __syncthreads();  // every thread's slice is written
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(l.counters + l.index, 1u);
-    }
-  }
+  if constexpr (kWait == Wait::kFlag)
+    signal_done(l.counters + l.index, l.flags + static_cast<size_t>(l.index) * gridDim.x, l.neighbours,
+                *l.epoch);
 }
 
 __global__ void bump_epoch(unsigned* epoch) {
@@ -156,11 +200,14 @@ void launch_link(const Link& l, int blocks, size_t smem, cudaStream_t stream) {
 
 // µs per kernel of one chain configuration; exits non-zero on a stale read.
 template <Wait kWait>
-double time_chain(int length, int blocks, int width, int bytes_per_block, cudaStream_t stream) {
+double time_chain(int length, int blocks, int width, int bytes_per_block, int neighbours,
+                  cudaStream_t stream) {
   DeviceBuffer vectors(sizeof(float) * static_cast<size_t>(width) * 2);
   DeviceBuffer counters(sizeof(unsigned) * static_cast<size_t>(length));
+  DeviceBuffer flags(sizeof(unsigned) * static_cast<size_t>(length) * blocks);
   DeviceBuffer epoch(sizeof(unsigned)), errors(sizeof(unsigned));
   LMX_CUDA_CHECK(cudaMemset(counters.data(), 0, counters.bytes()));
+  LMX_CUDA_CHECK(cudaMemset(flags.data(), 0, flags.bytes()));
   LMX_CUDA_CHECK(cudaMemset(errors.data(), 0, errors.bytes()));
   const unsigned one = 1;
   LMX_CUDA_CHECK(cudaMemcpy(epoch.data(), &one, sizeof(one), cudaMemcpyHostToDevice));
@@ -187,6 +234,8 @@ double time_chain(int length, int blocks, int width, int bytes_per_block, cudaSt
     l.index = k;
     l.epoch = epoch.as<unsigned>();
     l.counters = counters.as<unsigned>();
+    l.flags = flags.as<unsigned>();
+    l.neighbours = neighbours;
     l.weights = per_kernel == 0
                     ? nullptr
                     : reinterpret_cast<const uint4*>(weights.as<unsigned char>() +
@@ -207,8 +256,8 @@ double time_chain(int length, int blocks, int width, int bytes_per_block, cudaSt
   LMX_CUDA_CHECK(cudaGraphExecDestroy(exec));
   LMX_CUDA_CHECK(cudaGraphDestroy(graph));
   if (bad != 0) {
-    fmt::print(stderr, "bench_cuda_chain: {} blocks read a stale value ({} wait, {} blocks)\n", bad,
-               wait_name(kWait), blocks);
+    fmt::print(stderr, "bench_cuda_chain: {} blocks read a stale value ({} wait, {} blocks, {} neighbours)\n",
+               bad, wait_name(kWait), blocks, neighbours);
     std::exit(1);
   }
   return seconds * 1e6 / length;
@@ -219,6 +268,8 @@ double time_chain(int length, int blocks, int width, int bytes_per_block, cudaSt
 struct Phases {
   float* vectors;  // [2][width]
   int width, length;
+  unsigned* flags;  // [length][blocks]: 1 once a block finished the phase (neighbours > 0; zeroed too)
+  int neighbours;
   unsigned* arrived;     // blocks that finished a phase, summed over phases (zeroed before each launch)
   const uint4* weights;  // [regions][blocks][weight_bytes], or null
   int weight_bytes, regions;
@@ -229,12 +280,14 @@ __global__ void __launch_bounds__(kThreads) persistent_chain(Phases c) {
   extern __shared__ __align__(16) unsigned char smem[];  // two weight buffers
   const int tid = static_cast<int>(threadIdx.x);
   const int words16 = c.weight_bytes / 16;
+  // Warps 1.. request the weights, so that thread 0's fence before it signals never waits for copies in
+  // flight.
   auto request = [&](int phase) {
-    if (c.weights == nullptr || phase >= c.length) return;
+    if (c.weights == nullptr || phase >= c.length || tid < 32) return;
     const uint4* src =
         c.weights + (static_cast<size_t>(phase % c.regions) * gridDim.x + blockIdx.x) * words16;
     unsigned char* dst = smem + (phase % 2) * c.weight_bytes;
-    for (int i = tid; i < words16; i += kThreads) {
+    for (int i = tid - 32; i < words16; i += kThreads - 32) {
       const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst + 16 * i));
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src + i) : "memory");
     }
@@ -244,7 +297,9 @@ __global__ void __launch_bounds__(kThreads) persistent_chain(Phases c) {
   const int per = (c.width + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   const int begin = static_cast<int>(blockIdx.x) * per;
   for (int k = 0; k < c.length; ++k) {
-    if (k > 0) {
+    if (k > 0 && c.neighbours > 0) {
+      wait_for_neighbours(c.flags + static_cast<size_t>(k - 1) * gridDim.x, c.neighbours, 1u);
+    } else if (k > 0) {
       if (tid == 0)
         while (load_acquire(c.arrived) < static_cast<unsigned>(k) * gridDim.x) {
         }
@@ -252,8 +307,9 @@ __global__ void __launch_bounds__(kThreads) persistent_chain(Phases c) {
     }
     const float* in = c.vectors + (k % 2) * c.width;
     float* out = c.vectors + ((k + 1) % 2) * c.width;
+    const ReadRange range = read_range(c.width, per, c.neighbours);
     int bad = 0;
-    for (int i = tid; i < c.width; i += kThreads) bad |= in[i] != static_cast<float>(k);
+    for (int i = range.begin + tid; i < range.end; i += kThreads) bad |= in[i] != static_cast<float>(k);
     float extra = 0.0f;
     if (c.weights != nullptr) {
       asm volatile("cp.async.wait_all;" ::: "memory");
@@ -266,16 +322,13 @@ __global__ void __launch_bounds__(kThreads) persistent_chain(Phases c) {
     if (bad) atomicAdd(c.errors, 1u);
     for (int i = begin + tid; i < begin + per && i < c.width; i += kThreads)
       out[i] = in[i] + 1.0f + 0.0f * extra;
-    __syncthreads();
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(c.arrived, 1u);
-    }
+    signal_done(c.arrived, c.flags + static_cast<size_t>(k) * gridDim.x, c.neighbours, 1u);
   }
 }
 
 // µs per phase of persistent_chain, or a negative value when the blocks cannot all be resident.
-double time_persistent(int length, int blocks, int width, int bytes_per_block, cudaStream_t stream) {
+double time_persistent(int length, int blocks, int width, int bytes_per_block, int neighbours,
+                       cudaStream_t stream) {
   const size_t smem = 2 * static_cast<size_t>(bytes_per_block);
   if (smem > 48 * 1024)
     LMX_CUDA_CHECK(cudaFuncSetAttribute(persistent_chain, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -287,6 +340,7 @@ double time_persistent(int length, int blocks, int width, int bytes_per_block, c
   if (per_sm * sms < blocks) return -1.0;
   DeviceBuffer vectors(sizeof(float) * static_cast<size_t>(width) * 2);
   DeviceBuffer arrived(sizeof(unsigned)), errors(sizeof(unsigned));
+  DeviceBuffer flags(sizeof(unsigned) * static_cast<size_t>(length) * blocks);
   LMX_CUDA_CHECK(cudaMemset(errors.data(), 0, errors.bytes()));
   const size_t per_phase = static_cast<size_t>(blocks) * bytes_per_block;
   const int regions =
@@ -298,6 +352,8 @@ double time_persistent(int length, int blocks, int width, int bytes_per_block, c
   c.width = width;
   c.length = length;
   c.arrived = arrived.as<unsigned>();
+  c.flags = flags.as<unsigned>();
+  c.neighbours = neighbours;
   c.weights = per_phase == 0 ? nullptr : weights.as<const uint4>();
   c.weight_bytes = bytes_per_block;
   c.regions = regions;
@@ -315,14 +371,16 @@ double time_persistent(int length, int blocks, int width, int bytes_per_block, c
   const double seconds = lmx::bench::median_seconds(stream, 7, 4, [&](int) {
     LMX_CUDA_CHECK(cudaMemsetAsync(c.vectors, 0, sizeof(float) * static_cast<size_t>(width), stream));
     LMX_CUDA_CHECK(cudaMemsetAsync(c.arrived, 0, sizeof(unsigned), stream));
+    LMX_CUDA_CHECK(cudaMemsetAsync(c.flags, 0, flags.bytes(), stream));
     LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, persistent_chain, c));
   });
   LMX_CUDA_CHECK(cudaStreamSynchronize(stream));
   unsigned bad = 0;
   LMX_CUDA_CHECK(cudaMemcpy(&bad, errors.data(), sizeof(bad), cudaMemcpyDeviceToHost));
   if (bad != 0) {
-    fmt::print(stderr, "bench_cuda_chain: {} blocks read a stale value (persistent, {} blocks)\n", bad,
-               blocks);
+    fmt::print(stderr,
+               "bench_cuda_chain: {} blocks read a stale value (persistent, {} blocks, {} neighbours)\n", bad,
+               blocks, neighbours);
     std::exit(1);
   }
   return seconds * 1e6 / length;
@@ -334,28 +392,33 @@ int main(int argc, char** argv) {
   const int length = argc > 1 ? std::atoi(argv[1]) : 256;
   const int width = argc > 2 ? std::atoi(argv[2]) : 2560;
   const int bytes_per_block = argc > 3 ? std::atoi(argv[3]) : 0;
-  if (length < 2 || width < 1 || bytes_per_block < 0 || bytes_per_block % 16 != 0 ||
-      bytes_per_block > kMaxWeightBytes) {
-    fmt::print(
-        stderr,
-        "usage: bench_cuda_chain [length >= 2] [width >= 1] [bytes_per_block: multiple of 16, <= {}]\n",
-        kMaxWeightBytes);
+  const int neighbours = argc > 4 ? std::atoi(argv[4]) : 0;
+  if (argc > 5 || length < 2 || width < 1 || bytes_per_block < 0 || bytes_per_block % 16 != 0 ||
+      bytes_per_block > kMaxWeightBytes || neighbours < 0 || neighbours > kMaxNeighbours) {
+    fmt::print(stderr,
+               "usage: bench_cuda_chain [length >= 2] [width >= 1] [bytes_per_block: multiple of 16, <= {}] "
+               "[neighbours: 0 .. {}]\n",
+               kMaxWeightBytes, kMaxNeighbours);
     return 2;
   }
   cudaStream_t stream;
   LMX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  fmt::print("chain of {} kernels, {} floats per vector, {} weight bytes per block; µs per kernel\n", length,
-             width, bytes_per_block);
+  fmt::print("chain of {} kernels, {} floats per vector, {} weight bytes per block, {}; µs per kernel\n",
+             length, width, bytes_per_block,
+             neighbours == 0
+                 ? std::string("every block reads everything")
+                 : fmt::format("each block reads {} neighbours' slices on either side", neighbours));
   fmt::print("{:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "blocks", "bytes µs", "plain", "pdl", "early",
              "flag", "persist");
   for (const int blocks : {16, 132, 264, 640}) {
-    const double plain = time_chain<Wait::kPlain>(length, blocks, width, bytes_per_block, stream);
-    const double pdl = time_chain<Wait::kPdl>(length, blocks, width, bytes_per_block, stream);
-    const double early = time_chain<Wait::kPdlEarly>(length, blocks, width, bytes_per_block, stream);
-    const double flag = time_chain<Wait::kFlag>(length, blocks, width, bytes_per_block, stream);
+    const double plain = time_chain<Wait::kPlain>(length, blocks, width, bytes_per_block, neighbours, stream);
+    const double pdl = time_chain<Wait::kPdl>(length, blocks, width, bytes_per_block, neighbours, stream);
+    const double early =
+        time_chain<Wait::kPdlEarly>(length, blocks, width, bytes_per_block, neighbours, stream);
+    const double flag = time_chain<Wait::kFlag>(length, blocks, width, bytes_per_block, neighbours, stream);
     // The weights alone at the H200's measured read bandwidth (4.53 TB/s, docs/benchmarks.md).
     const double bytes_us = static_cast<double>(blocks) * bytes_per_block / 4.53e6;
-    const double persist = time_persistent(length, blocks, width, bytes_per_block, stream);
+    const double persist = time_persistent(length, blocks, width, bytes_per_block, neighbours, stream);
     fmt::print("{:>7} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8}\n", blocks, bytes_us, plain, pdl,
                early, flag, persist < 0 ? std::string("-") : fmt::format("{:.2f}", persist));
   }
