@@ -183,18 +183,27 @@ const char* wait_name(Wait w) {
   }
 }
 
-template <Wait kWait>
-void launch_link(const Link& l, int blocks, size_t smem, cudaStream_t stream) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+// A launch of `blocks` blocks of kThreads threads with one launch attribute, or none when `attribute` is
+// null.
+cudaLaunchConfig_t launch_config(int blocks, size_t smem, cudaStream_t stream,
+                                 cudaLaunchAttribute* attribute) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = kWait == Wait::kPlain ? 0 : 1;
+  config.attrs = attribute;
+  config.numAttrs = attribute != nullptr ? 1 : 0;
+  return config;
+}
+
+template <Wait kWait>
+void launch_link(const Link& l, int blocks, size_t smem, cudaStream_t stream) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  const cudaLaunchConfig_t config =
+      launch_config(blocks, smem, stream, kWait == Wait::kPlain ? nullptr : &attribute);
   LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, link_kernel<kWait>, l));
 }
 
@@ -361,13 +370,7 @@ double time_persistent(int length, int blocks, int width, int bytes_per_block, i
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const cudaLaunchConfig_t config = launch_config(blocks, smem, stream, &attribute);
   const double seconds = lmx::bench::median_seconds(stream, 7, 4, [&](int) {
     LMX_CUDA_CHECK(cudaMemsetAsync(c.vectors, 0, sizeof(float) * static_cast<size_t>(width), stream));
     LMX_CUDA_CHECK(cudaMemsetAsync(c.arrived, 0, sizeof(unsigned), stream));
