@@ -105,33 +105,70 @@ __device__ __forceinline__ void signal_done(unsigned* counter, unsigned* step_fl
   }
 }
 
+// Thread 0 spins until the counter reaches `target`, then the block syncs.
+__device__ __forceinline__ void wait_for_count(const unsigned* counter, unsigned target) {
+  if (threadIdx.x == 0)
+    while (load_acquire(counter) < target) {
+    }
+  __syncthreads();
+}
+
+// Threads first_thread.. request `bytes` (a multiple of 16) from src into shared memory at dst, one commit
+// group.
+__device__ __forceinline__ void request_weights(unsigned char* dst, const uint4* src, int bytes,
+                                                int first_thread) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < first_thread) return;
+  for (int i = tid - first_thread; i < bytes / 16; i += kThreads - first_thread) {
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst + 16 * i));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src + i) : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Waits for this thread's weight copies and the block's, then reads the weights (a value that keeps the reads
+// alive).
+__device__ __forceinline__ float fold_weights(const unsigned char* weights, int bytes) {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(weights);
+  float extra = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < bytes / 4; i += kThreads)
+    extra += static_cast<float>(words[i] & 1u);
+  return extra;
+}
+
+// Whether any of this thread's values of in[range] differs from `expected` (a dependency that did not hold).
+__device__ __forceinline__ bool stale_input(const float* in, ReadRange range, float expected) {
+  bool bad = false;
+  for (int i = range.begin + static_cast<int>(threadIdx.x); i < range.end; i += kThreads)
+    bad |= in[i] != expected;
+  return bad;
+}
+
+// The block's slice of the next vector: out = in + 1 (`extra`, always finite, keeps the weight reads alive).
+__device__ __forceinline__ void write_slice(const float* in, float* out, int width, int per, float extra) {
+  const int begin = static_cast<int>(blockIdx.x) * per;
+  for (int i = begin + static_cast<int>(threadIdx.x); i < begin + per && i < width; i += kThreads)
+    out[i] = in[i] + 1.0f + 0.0f * extra;
+}
+
 template <Wait kWait>
 __global__ void __launch_bounds__(kThreads) link_kernel(Link l) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int tid = static_cast<int>(threadIdx.x);
   // The weights before the wait (never written, so allowed), 16 bytes per thread and copy.
-  if (l.weights != nullptr) {
-    const uint4* src = l.weights + static_cast<size_t>(blockIdx.x) * (l.weight_bytes / 16);
-    for (int i = tid; i < l.weight_bytes / 16; i += kThreads) {
-      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem + 16 * i));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src + i) : "memory");
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  }
+  if (l.weights != nullptr)
+    request_weights(smem, l.weights + static_cast<size_t>(blockIdx.x) * (l.weight_bytes / 16), l.weight_bytes,
+                    0);
   if constexpr (kWait == Wait::kFlag) {
     // (The first kernel follows reset_chain, which does not signal: it waits as pdl does.)
     if (l.index == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
     const unsigned epoch = *l.epoch;
-    if (l.index > 0 && l.neighbours > 0) {
+    if (l.index > 0 && l.neighbours > 0)
       wait_for_neighbours(l.flags + static_cast<size_t>(l.index - 1) * gridDim.x, l.neighbours, epoch);
-    } else {
-      if (l.index > 0 && tid == 0) {
-        const unsigned target = epoch * gridDim.x;  // every kernel of the chain has the same grid
-        while (load_acquire(l.counters + l.index - 1) < target) {
-        }
-      }
-      __syncthreads();
-    }
+    else if (l.index > 0)
+      wait_for_count(l.counters + l.index - 1,
+                     epoch * gridDim.x);  // (every kernel of the chain has the same grid)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   } else if constexpr (kWait == Wait::kPdl) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -141,22 +178,11 @@ __global__ void __launch_bounds__(kThreads) link_kernel(Link l) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
   }
   // Read the input (every value must be the chain position), fold in the weights, write a slice.
-  const float expected = static_cast<float>(l.index);
   const int per = (l.width + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  const ReadRange range = read_range(l.width, per, l.neighbours);
-  int bad = 0;
-  for (int i = range.begin + tid; i < range.end; i += kThreads) bad |= l.in[i] != expected;
-  float extra = 0.0f;
-  if (l.weights != nullptr) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(smem);
-    for (int i = tid; i < l.weight_bytes / 4; i += kThreads) extra += static_cast<float>(words[i] & 1u);
-  }
-  if (bad) atomicAdd(l.errors, 1u);
-  const int begin = static_cast<int>(blockIdx.x) * per;
-  for (int i = begin + tid; i < begin + per && i < l.width; i += kThreads)
-    l.out[i] = l.in[i] + 1.0f + 0.0f * extra;  // (extra keeps the weight reads alive; always finite)
+  if (stale_input(l.in, read_range(l.width, per, l.neighbours), static_cast<float>(l.index)))
+    atomicAdd(l.errors, 1u);
+  const float extra = l.weights != nullptr ? fold_weights(smem, l.weight_bytes) : 0.0f;
+  write_slice(l.in, l.out, l.width, per, extra);
   if constexpr (kWait == Wait::kFlag)
     signal_done(l.counters + l.index, l.flags + static_cast<size_t>(l.index) * gridDim.x, l.neighbours,
                 *l.epoch);
@@ -207,6 +233,30 @@ void launch_link(const Link& l, int blocks, size_t smem, cudaStream_t stream) {
   LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, link_kernel<kWait>, l));
 }
 
+// Never-written weights of `per_unit` bytes per kernel (or phase) in `regions` distinct copies, ≥ 512 MiB in
+// all when used (so that they come from HBM); unit u reads copy u % regions.
+struct Weights {
+  DeviceBuffer buffer;
+  int regions = 1;
+};
+Weights make_weights(size_t per_unit, int length) {
+  Weights w;
+  if (per_unit > 0)
+    w.regions = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / per_unit, 1, length));
+  w.buffer = DeviceBuffer(std::max<size_t>(per_unit * static_cast<size_t>(w.regions), 16));
+  if (per_unit > 0) lmx::bench::fill_random(w.buffer.data(), w.buffer.bytes() & ~size_t{3}, 7, false);
+  return w;
+}
+
+// Exits non-zero, naming the run, when a block counted a stale read.
+void exit_if_stale(const DeviceBuffer& errors, const std::string& run) {
+  unsigned bad = 0;
+  LMX_CUDA_CHECK(cudaMemcpy(&bad, errors.data(), sizeof(bad), cudaMemcpyDeviceToHost));
+  if (bad == 0) return;
+  fmt::print(stderr, "bench_cuda_chain: {} blocks read a stale value ({})\n", bad, run);
+  std::exit(1);
+}
+
 // µs per kernel of one chain configuration; exits non-zero on a stale read.
 template <Wait kWait>
 double time_chain(int length, int blocks, int width, int bytes_per_block, int neighbours,
@@ -220,12 +270,8 @@ double time_chain(int length, int blocks, int width, int bytes_per_block, int ne
   LMX_CUDA_CHECK(cudaMemset(errors.data(), 0, errors.bytes()));
   const unsigned one = 1;
   LMX_CUDA_CHECK(cudaMemcpy(epoch.data(), &one, sizeof(one), cudaMemcpyHostToDevice));
-  // Weights: a distinct region per kernel, ≥ 512 MiB in all when used (so they come from HBM).
   const size_t per_kernel = static_cast<size_t>(blocks) * bytes_per_block;
-  const int regions =
-      per_kernel == 0 ? 0 : static_cast<int>(std::max<size_t>((size_t{512} << 20) / per_kernel, 1));
-  DeviceBuffer weights(std::max<size_t>(per_kernel * static_cast<size_t>(std::min(regions, length)), 16));
-  if (per_kernel > 0) lmx::bench::fill_random(weights.data(), weights.bytes() & ~size_t{3}, 7, false);
+  const Weights weights = make_weights(per_kernel, length);
   const size_t smem = static_cast<size_t>(bytes_per_block);
   if (smem > 48 * 1024)
     LMX_CUDA_CHECK(cudaFuncSetAttribute(link_kernel<kWait>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -247,8 +293,8 @@ double time_chain(int length, int blocks, int width, int bytes_per_block, int ne
     l.neighbours = neighbours;
     l.weights = per_kernel == 0
                     ? nullptr
-                    : reinterpret_cast<const uint4*>(weights.as<unsigned char>() +
-                                                     per_kernel * static_cast<size_t>(k % regions));
+                    : reinterpret_cast<const uint4*>(weights.buffer.as<unsigned char>() +
+                                                     per_kernel * static_cast<size_t>(k % weights.regions));
     l.weight_bytes = bytes_per_block;
     l.errors = errors.as<unsigned>();
     launch_link<kWait>(l, blocks, smem, stream);
@@ -260,15 +306,10 @@ double time_chain(int length, int blocks, int width, int bytes_per_block, int ne
   const double seconds =
       lmx::bench::median_seconds(stream, 7, 4, [&](int) { LMX_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
   LMX_CUDA_CHECK(cudaStreamSynchronize(stream));
-  unsigned bad = 0;
-  LMX_CUDA_CHECK(cudaMemcpy(&bad, errors.data(), sizeof(bad), cudaMemcpyDeviceToHost));
   LMX_CUDA_CHECK(cudaGraphExecDestroy(exec));
   LMX_CUDA_CHECK(cudaGraphDestroy(graph));
-  if (bad != 0) {
-    fmt::print(stderr, "bench_cuda_chain: {} blocks read a stale value ({} wait, {} blocks, {} neighbours)\n",
-               bad, wait_name(kWait), blocks, neighbours);
-    std::exit(1);
-  }
+  exit_if_stale(errors,
+                fmt::format("{} wait, {} blocks, {} neighbours", wait_name(kWait), blocks, neighbours));
   return seconds * 1e6 / length;
 }
 
@@ -287,50 +328,33 @@ struct Phases {
 
 __global__ void __launch_bounds__(kThreads) persistent_chain(Phases c) {
   extern __shared__ __align__(16) unsigned char smem[];  // two weight buffers
-  const int tid = static_cast<int>(threadIdx.x);
-  const int words16 = c.weight_bytes / 16;
-  // Warps 1.. request the weights, so that thread 0's fence before it signals never waits for copies in
-  // flight.
+  // Phase `phase`'s weights into buffer phase % 2. Warps 1.. copy, so that thread 0's fence before it signals
+  // never waits for copies in flight.
   auto request = [&](int phase) {
-    if (c.weights == nullptr || phase >= c.length || tid < 32) return;
-    const uint4* src =
-        c.weights + (static_cast<size_t>(phase % c.regions) * gridDim.x + blockIdx.x) * words16;
-    unsigned char* dst = smem + (phase % 2) * c.weight_bytes;
-    for (int i = tid - 32; i < words16; i += kThreads - 32) {
-      const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst + 16 * i));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src + i) : "memory");
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    if (c.weights == nullptr || phase >= c.length) return;
+    const int words16 = c.weight_bytes / 16;
+    request_weights(smem + (phase % 2) * c.weight_bytes,
+                    c.weights + (static_cast<size_t>(phase % c.regions) * gridDim.x + blockIdx.x) * words16,
+                    c.weight_bytes, 32);
   };
   request(0);
   const int per = (c.width + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  const int begin = static_cast<int>(blockIdx.x) * per;
   for (int k = 0; k < c.length; ++k) {
-    if (k > 0 && c.neighbours > 0) {
+    if (k > 0 && c.neighbours > 0)
       wait_for_neighbours(c.flags + static_cast<size_t>(k - 1) * gridDim.x, c.neighbours, 1u);
-    } else if (k > 0) {
-      if (tid == 0)
-        while (load_acquire(c.arrived) < static_cast<unsigned>(k) * gridDim.x) {
-        }
-      __syncthreads();
-    }
+    else if (k > 0)
+      wait_for_count(c.arrived, static_cast<unsigned>(k) * gridDim.x);
     const float* in = c.vectors + (k % 2) * c.width;
     float* out = c.vectors + ((k + 1) % 2) * c.width;
-    const ReadRange range = read_range(c.width, per, c.neighbours);
-    int bad = 0;
-    for (int i = range.begin + tid; i < range.end; i += kThreads) bad |= in[i] != static_cast<float>(k);
+    if (stale_input(in, read_range(c.width, per, c.neighbours), static_cast<float>(k)))
+      atomicAdd(c.errors, 1u);
     float extra = 0.0f;
     if (c.weights != nullptr) {
-      asm volatile("cp.async.wait_all;" ::: "memory");
-      __syncthreads();
-      const uint32_t* words = reinterpret_cast<const uint32_t*>(smem + (k % 2) * c.weight_bytes);
-      for (int i = tid; i < c.weight_bytes / 4; i += kThreads) extra += static_cast<float>(words[i] & 1u);
+      extra = fold_weights(smem + (k % 2) * c.weight_bytes, c.weight_bytes);
       __syncthreads();  // (buffer k % 2 is free for phase k + 2)
       request(k + 1);
     }
-    if (bad) atomicAdd(c.errors, 1u);
-    for (int i = begin + tid; i < begin + per && i < c.width; i += kThreads)
-      out[i] = in[i] + 1.0f + 0.0f * extra;
+    write_slice(in, out, c.width, per, extra);
     signal_done(c.arrived, c.flags + static_cast<size_t>(k) * gridDim.x, c.neighbours, 1u);
   }
 }
@@ -352,10 +376,7 @@ double time_persistent(int length, int blocks, int width, int bytes_per_block, i
   DeviceBuffer flags(sizeof(unsigned) * static_cast<size_t>(length) * blocks);
   LMX_CUDA_CHECK(cudaMemset(errors.data(), 0, errors.bytes()));
   const size_t per_phase = static_cast<size_t>(blocks) * bytes_per_block;
-  const int regions =
-      per_phase == 0 ? 1 : static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / per_phase, 1, length));
-  DeviceBuffer weights(std::max<size_t>(per_phase * static_cast<size_t>(regions), 16));
-  if (per_phase > 0) lmx::bench::fill_random(weights.data(), weights.bytes() & ~size_t{3}, 7, false);
+  const Weights weights = make_weights(per_phase, length);
   Phases c{};
   c.vectors = vectors.as<float>();
   c.width = width;
@@ -363,9 +384,9 @@ double time_persistent(int length, int blocks, int width, int bytes_per_block, i
   c.arrived = arrived.as<unsigned>();
   c.flags = flags.as<unsigned>();
   c.neighbours = neighbours;
-  c.weights = per_phase == 0 ? nullptr : weights.as<const uint4>();
+  c.weights = per_phase == 0 ? nullptr : weights.buffer.as<const uint4>();
   c.weight_bytes = bytes_per_block;
-  c.regions = regions;
+  c.regions = weights.regions;
   c.errors = errors.as<unsigned>();
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeCooperative;
@@ -378,14 +399,7 @@ double time_persistent(int length, int blocks, int width, int bytes_per_block, i
     LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, persistent_chain, c));
   });
   LMX_CUDA_CHECK(cudaStreamSynchronize(stream));
-  unsigned bad = 0;
-  LMX_CUDA_CHECK(cudaMemcpy(&bad, errors.data(), sizeof(bad), cudaMemcpyDeviceToHost));
-  if (bad != 0) {
-    fmt::print(stderr,
-               "bench_cuda_chain: {} blocks read a stale value (persistent, {} blocks, {} neighbours)\n", bad,
-               blocks, neighbours);
-    std::exit(1);
-  }
+  exit_if_stale(errors, fmt::format("persistent, {} blocks, {} neighbours", blocks, neighbours));
   return seconds * 1e6 / length;
 }
 
