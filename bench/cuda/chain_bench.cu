@@ -3,7 +3,7 @@
 // block reads the whole `width`-float output of the kernel before it (as a batch-1 projection reads its x)
 // and writes its own slice of the next vector; optionally each block first streams `bytes_per_block` of
 // never-written "weights" from HBM into shared memory (requested before its dependency wait, as
-// q4_gemv_kernel requests its first ring chunks). Three ways to wait for the kernel before:
+// q4_gemv_kernel requests its first ring chunks). Ways to wait for the kernel before:
 //   plain  stream order (no programmatic launch): a block starts once the previous grid has finished;
 //   pdl    programmatic dependent launch: blocks start early and sit in griddepcontrol.wait, which returns
 //          once the previous grid has completed and flushed (what every lmx kernel does, launch.cuh);
@@ -13,13 +13,21 @@
 //   flag   programmatic launch, but a block waits for a counter instead: every block of the previous kernel
 //          adds one to its counter after writing its slice (fence, then a relaxed atomic), and thread 0 of
 //          each block of the next one spins on an acquire load until the counter reaches the step's target.
+//   tagged  no wait instruction: a vector element is one 64-bit word, the value and the tag of the step that
+//           wrote it (one single-copy-atomic store publishes both), and each thread spins on its own
+//           elements' loads until their tags are the step's (NCCL's "LL" protocol: the signal is the data,
+//           no fence, counter or barrier). A block lets the next kernel launch once its inputs have arrived;
+//   ahead   as tagged, but every block lets the next kernel launch at its start, so kernels many steps
+//           ahead may be resident (with their weights requested), spinning until the chain reaches them.
 // And, for comparison, no kernel boundaries at all:
 //   persist  one persistent kernel (a cooperative launch: every block resident) that runs the chain's
 //   `length`
 //            steps as phases separated by a grid barrier (the same counter and acquire spin as flag); each
 //            block requests the next phase's weights (double-buffered) as soon as it has read this phase's.
 // Prints µs per kernel (graph replays of the whole chain, medians) and checks every value each block read:
-// a stale read (a dependency that did not hold) makes the run fail.
+// a stale read (a dependency that did not hold) makes the run fail. A tagged wait that spins ~4M times gives
+// up and its cell reads "hang" (a chain that made no progress for ~seconds: measured with `ahead` and no
+// weights, when every SM holds blocks of dozens of spinning kernels).
 //
 // With `neighbours` n > 0 a block reads only the slices of blocks b - n .. b + n of the kernel before (a
 // dependency on a few producers, as a head's attention has on its own q/k/v rows), and the flag and
@@ -36,6 +44,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -44,7 +53,7 @@ namespace {
 
 using lmx::cuda::DeviceBuffer;
 
-enum class Wait : int { kPlain, kPdl, kPdlEarly, kFlag };
+enum class Wait : int { kPlain, kPdl, kPdlEarly, kFlag, kTagged, kTaggedAhead };
 
 constexpr int kThreads = 128;
 constexpr int kMaxWeightBytes = 32 * 1024;  // (the persistent kernel holds two buffers)
@@ -53,21 +62,49 @@ constexpr int kMaxNeighbours = 63;          // (threads 0 .. 2n spin, one produc
 struct Link {
   const float* in;
   float* out;
+  const unsigned long long* tagged_in;  // (tagged: the vectors as tagged words instead of in and out)
+  unsigned long long* tagged_out;
+  int length;
   int width;
   int index;              // position in the chain; the values it reads are `index` (out = in + 1)
   const unsigned* epoch;  // replays of the chain so far + 1 (flag waits)
   unsigned* counters;     // [length]: blocks done, summed over replays (neighbours == 0)
   unsigned* flags;        // [length][blocks]: the epoch a block last finished in (neighbours > 0)
   int neighbours;
-  const uint4* weights;   // this kernel's bytes (blocks * bytes_per_block), or null
-  int weight_bytes;       // per block
-  unsigned* errors;
+  const uint4* weights;  // this kernel's bytes (blocks * bytes_per_block), or null
+  int weight_bytes;      // per block
+  unsigned* errors;      // [0]: blocks that read a stale value; [1] (tagged): blocks that gave up waiting
 };
 
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+// Tagged words (tagged): the value's bits low, the writing step's tag high. Relaxed gpu-scope accesses, so
+// that a spinning load sees other SMs' stores (not a stale L1 line).
+__device__ __forceinline__ unsigned long long load_relaxed64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_tagged(unsigned long long* p, float value, unsigned tag) {
+  const unsigned long long v = (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(value);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+// The value at p once its tag is `tag`; NaN (a stale read) if it never comes (~a second of spinning), so that
+// a broken wait fails the run instead of hanging it.
+__device__ __forceinline__ float await_tagged(const unsigned long long* p, unsigned tag) {
+  for (int spins = 0; spins < (1 << 22); ++spins) {
+    const unsigned long long v = load_relaxed64(p);
+    if (static_cast<unsigned>(v >> 32) == tag) return __uint_as_float(static_cast<unsigned>(v));
+  }
+  return __uint_as_float(0x7fc00000u);
+}
+// The tag of the values step k of replay `epoch` reads (step k writes tag + 1; the reset writes step 0's).
+__device__ __forceinline__ unsigned step_tag(unsigned epoch, int length, int k) {
+  return epoch * static_cast<unsigned>(length + 1) + static_cast<unsigned>(k);
 }
 
 // The input range block b reads: everything, or the slices of blocks b - n .. b + n (`per` values each).
@@ -188,6 +225,71 @@ __global__ void __launch_bounds__(kThreads) link_kernel(Link l) {
                 *l.epoch);
 }
 
+// What a thread found in its share of a tagged input.
+enum class Tagged : int { kGood, kStale, kGaveUp };
+
+// Whether any value of in[range] (this thread's share) differs from `expected` once their tags are `tag`, or
+// one never came (await_tagged gave up, or a value was already NaN from a producer that gave up). The loads
+// go out kBatch at a time, so a thread's reads are in flight together (one spin per late value).
+__device__ __forceinline__ Tagged check_tagged(const unsigned long long* in, ReadRange range, unsigned tag,
+                                               float expected) {
+  constexpr int kBatch = 8;
+  Tagged found = Tagged::kGood;
+  for (int i0 = range.begin + static_cast<int>(threadIdx.x); i0 < range.end; i0 += kBatch * kThreads) {
+    unsigned long long v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kThreads;
+      v[u] = i < range.end ? load_relaxed64(in + i) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i >= range.end) break;
+      const float value = static_cast<unsigned>(v[u] >> 32) == tag
+                              ? __uint_as_float(static_cast<unsigned>(v[u]))
+                              : await_tagged(in + i, tag);
+      if (value != value)
+        found = Tagged::kGaveUp;
+      else if (value != expected && found == Tagged::kGood)
+        found = Tagged::kStale;
+    }
+  }
+  return found;
+}
+
+// A link of the tagged chain: requests its weights, spins on its inputs' tags, writes its slice as tagged
+// words. kAhead: it lets the next kernel launch at its start (kernels many steps ahead may be resident and
+// spinning); otherwise once its inputs have arrived (one kernel ahead, as pdl). Only the first kernel waits
+// (griddepcontrol) for the reset before it.
+template <bool kAhead>
+__global__ void __launch_bounds__(kThreads) tagged_link_kernel(Link l) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  if (l.weights != nullptr)
+    request_weights(smem, l.weights + static_cast<size_t>(blockIdx.x) * (l.weight_bytes / 16), l.weight_bytes,
+                    0);
+  if (l.index == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if constexpr (kAhead) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // (An acquire load, not a plain one: a block launched while older blocks run on its SM may otherwise read
+  // the epoch of the replay before from L1, and spin forever on a tag nobody writes.)
+  const unsigned tag = step_tag(load_acquire(l.epoch), l.length, l.index);
+  const int per = (l.width + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  const Tagged found =
+      check_tagged(l.tagged_in, read_range(l.width, per, l.neighbours), tag, static_cast<float>(l.index));
+  if (found != Tagged::kGood) atomicAdd(l.errors + (found == Tagged::kGaveUp ? 1 : 0), 1u);
+  if constexpr (!kAhead) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const float extra = l.weights != nullptr ? fold_weights(smem, l.weight_bytes) : 0.0f;
+  const int begin = static_cast<int>(blockIdx.x) * per;
+  for (int i = begin + static_cast<int>(threadIdx.x); i < begin + per && i < l.width; i += kThreads)
+    store_tagged(l.tagged_out + i, await_tagged(l.tagged_in + i, tag) + 1.0f + 0.0f * extra, tag + 1);
+}
+
+// The tagged chain's first input: zeros tagged for step 0 of this replay.
+__global__ void reset_tagged(unsigned long long* v, int width, const unsigned* epoch, int length) {
+  const unsigned tag = step_tag(load_acquire(epoch), length, 0);
+  for (int i = static_cast<int>(threadIdx.x); i < width; i += blockDim.x) store_tagged(v + i, 0.0f, tag);
+}
+
 __global__ void bump_epoch(unsigned* epoch) {
   ++*epoch;
 }
@@ -204,8 +306,12 @@ const char* wait_name(Wait w) {
       return "pdl";
     case Wait::kPdlEarly:
       return "early";
-    default:
+    case Wait::kFlag:
       return "flag";
+    case Wait::kTagged:
+      return "tagged";
+    default:
+      return "ahead";
   }
 }
 
@@ -230,7 +336,10 @@ void launch_link(const Link& l, int blocks, size_t smem, cudaStream_t stream) {
   attribute.val.programmaticStreamSerializationAllowed = 1;
   const cudaLaunchConfig_t config =
       launch_config(blocks, smem, stream, kWait == Wait::kPlain ? nullptr : &attribute);
-  LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, link_kernel<kWait>, l));
+  if constexpr (kWait == Wait::kTagged || kWait == Wait::kTaggedAhead)
+    LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, tagged_link_kernel<kWait == Wait::kTaggedAhead>, l));
+  else
+    LMX_CUDA_CHECK(cudaLaunchKernelEx(&config, link_kernel<kWait>, l));
 }
 
 // Never-written weights of `per_unit` bytes per kernel (or phase) in `regions` distinct copies, ≥ 512 MiB in
@@ -257,14 +366,16 @@ void exit_if_stale(const DeviceBuffer& errors, const std::string& run) {
   std::exit(1);
 }
 
-// µs per kernel of one chain configuration; exits non-zero on a stale read.
+// µs per kernel of one chain configuration; exits non-zero on a stale read; negative when a tagged wait gave
+// up (a chain that does not make progress: printed as "hang").
 template <Wait kWait>
 double time_chain(int length, int blocks, int width, int bytes_per_block, int neighbours,
                   cudaStream_t stream) {
   DeviceBuffer vectors(sizeof(float) * static_cast<size_t>(width) * 2);
+  DeviceBuffer tagged(sizeof(unsigned long long) * static_cast<size_t>(width) * 2);
   DeviceBuffer counters(sizeof(unsigned) * static_cast<size_t>(length));
   DeviceBuffer flags(sizeof(unsigned) * static_cast<size_t>(length) * blocks);
-  DeviceBuffer epoch(sizeof(unsigned)), errors(sizeof(unsigned));
+  DeviceBuffer epoch(sizeof(unsigned)), errors(2 * sizeof(unsigned));
   LMX_CUDA_CHECK(cudaMemset(counters.data(), 0, counters.bytes()));
   LMX_CUDA_CHECK(cudaMemset(flags.data(), 0, flags.bytes()));
   LMX_CUDA_CHECK(cudaMemset(errors.data(), 0, errors.bytes()));
@@ -273,18 +384,31 @@ double time_chain(int length, int blocks, int width, int bytes_per_block, int ne
   const size_t per_kernel = static_cast<size_t>(blocks) * bytes_per_block;
   const Weights weights = make_weights(per_kernel, length);
   const size_t smem = static_cast<size_t>(bytes_per_block);
-  if (smem > 48 * 1024)
-    LMX_CUDA_CHECK(cudaFuncSetAttribute(link_kernel<kWait>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
+  if (smem > 48 * 1024) {
+    if constexpr (kWait == Wait::kTagged || kWait == Wait::kTaggedAhead)
+      LMX_CUDA_CHECK(cudaFuncSetAttribute(tagged_link_kernel<kWait == Wait::kTaggedAhead>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    else
+      LMX_CUDA_CHECK(cudaFuncSetAttribute(link_kernel<kWait>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  }
 
   float* v = vectors.as<float>();
+  unsigned long long* tv = tagged.as<unsigned long long>();
   cudaGraph_t graph;
   LMX_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  reset_chain<<<1, 256, 0, stream>>>(v, width);
+  if constexpr (kWait == Wait::kTagged || kWait == Wait::kTaggedAhead)
+    reset_tagged<<<1, 256, 0, stream>>>(tv, width, epoch.as<unsigned>(), length);
+  else
+    reset_chain<<<1, 256, 0, stream>>>(v, width);
   for (int k = 0; k < length; ++k) {
     Link l{};
     l.in = v + (k % 2) * width;
     l.out = v + ((k + 1) % 2) * width;
+    l.tagged_in = tv + (k % 2) * width;
+    l.tagged_out = tv + ((k + 1) % 2) * width;
+    l.length = length;
     l.width = width;
     l.index = k;
     l.epoch = epoch.as<unsigned>();
@@ -310,7 +434,9 @@ double time_chain(int length, int blocks, int width, int bytes_per_block, int ne
   LMX_CUDA_CHECK(cudaGraphDestroy(graph));
   exit_if_stale(errors,
                 fmt::format("{} wait, {} blocks, {} neighbours", wait_name(kWait), blocks, neighbours));
-  return seconds * 1e6 / length;
+  unsigned gave_up = 0;
+  LMX_CUDA_CHECK(cudaMemcpy(&gave_up, errors.as<unsigned>() + 1, sizeof(gave_up), cudaMemcpyDeviceToHost));
+  return gave_up > 0 ? -1.0 : seconds * 1e6 / length;
 }
 
 // The whole chain in one kernel (persist): phase k reads vector k % 2, checks it holds k, writes vector (k +
@@ -425,19 +551,27 @@ int main(int argc, char** argv) {
              neighbours == 0
                  ? std::string("every block reads everything")
                  : fmt::format("each block reads {} neighbours' slices on either side", neighbours));
-  fmt::print("{:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "blocks", "bytes µs", "plain", "pdl", "early",
-             "flag", "persist");
+  fmt::print("{:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "blocks", "bytes µs", "plain", "pdl",
+             "early", "flag", "tagged", "ahead", "persist");
   for (const int blocks : {16, 132, 264, 640}) {
     const double plain = time_chain<Wait::kPlain>(length, blocks, width, bytes_per_block, neighbours, stream);
     const double pdl = time_chain<Wait::kPdl>(length, blocks, width, bytes_per_block, neighbours, stream);
     const double early =
         time_chain<Wait::kPdlEarly>(length, blocks, width, bytes_per_block, neighbours, stream);
     const double flag = time_chain<Wait::kFlag>(length, blocks, width, bytes_per_block, neighbours, stream);
+    const double tagged =
+        time_chain<Wait::kTagged>(length, blocks, width, bytes_per_block, neighbours, stream);
+    const double ahead =
+        time_chain<Wait::kTaggedAhead>(length, blocks, width, bytes_per_block, neighbours, stream);
     // The weights alone at the H200's measured read bandwidth (4.53 TB/s, docs/benchmarks.md).
     const double bytes_us = static_cast<double>(blocks) * bytes_per_block / 4.53e6;
     const double persist = time_persistent(length, blocks, width, bytes_per_block, neighbours, stream);
-    fmt::print("{:>7} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8}\n", blocks, bytes_us, plain, pdl,
-               early, flag, persist < 0 ? std::string("-") : fmt::format("{:.2f}", persist));
+    auto cell = [](double us, const char* missing) {
+      return us < 0 ? std::string(missing) : fmt::format("{:.2f}", us);
+    };
+    fmt::print("{:>7} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8} {:>8} {:>8}\n", blocks, bytes_us,
+               plain, pdl, early, flag, cell(tagged, "hang"), cell(ahead, "hang"), cell(persist, "-"));
+    std::fflush(stdout);  // (a row at a time, should a later configuration fail)
   }
   LMX_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
