@@ -15,8 +15,8 @@
 // - x is converted once per warp into shared memory as the lane-ordered bf16 pairs of its mma B fragments
 //   (256 bytes per 128-column chunk; lanes of equal c read the same 64 bytes, a broadcast);
 // - each warp runs kTiles independent mma chains (16-row tiles) that share the x fragment: one (16 rows
-//   per block), two for matrices taller than 16384 rows (q4_gemv_plan); weight rows past n read row
-//   n - 1 (valid addresses; never stored);
+//   per block), two for matrices taller than 16384 rows or of at least 4096 rows of 4096-8192 columns
+//   (q4_gemv_plan); weight rows past n read row n - 1 (valid addresses; never stored);
 // - the ragged last chunk of K, if any, uses the generic predicated register loads;
 // - with Q4Io::kGeluInput the input is gelu_tanh(x) * x_up, formed while staging (the GeGLU before a down
 //   projection: one kernel instead of two, and the same f32 values the gelu_tanh_mul op writes);

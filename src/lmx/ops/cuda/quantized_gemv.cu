@@ -118,6 +118,19 @@ int q4_window_shift(int rows, int blocks) {
   return shift;
 }
 
+// Whether a plain projection takes two 16-row tiles per warp although it is not very tall: at least 4096 rows
+// of 4096-8192 columns (31B's q/k/v and o projections). Measured on the H200 (docs/benchmarks.md,
+// twenty-sixth pass): in isolation 16384 x 5376 went from 48.6 to 61.4 % of read bandwidth and 5376 x 8192
+// from 41.3 to 49.0 %, while the long rows of 31B's down projection lost (5376 x 21504: 52.8 to 49.3 %); two
+// tiles for every shape lost 1-3 % on E2B, E4B and 26B-A4B (eleventh pass), whose projections this rule
+// leaves alone. LMX_Q4_WIDE_TILES=0 turns the rule off (A/B runs).
+namespace {
+bool q4_wide_tiles(const Problem& p) {
+  static const bool enabled = env_integer("LMX_Q4_WIDE_TILES", 1, 0, 1) != 0;
+  return enabled && p.n >= 4096 && p.k >= 4096 && p.k <= 8192;
+}
+}  // namespace
+
 Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
   static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
@@ -128,10 +141,11 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
       !detail::aligned16(p.biases))
     return plan;
   // Measured on the H200 (docs/benchmarks.md): 2 chunks in flight per warp and 16 rows per warp except for
-  // very tall matrices (the LM head, 21504 x 5376). Deeper rings won some isolated GEMVs (16384 x 4096:
-  // 51 % of read bandwidth at 4 vs 49 % at 2) but lost in the model (E4B decode 327 vs 343 tok/s at 4, 300
-  // at 8): their shared memory keeps the next kernel's blocks, launched early (PDL), off the SMs.
-  plan.tiles = forced_tiles != 0 ? forced_tiles : p.n > 16384 ? 2 : 1;
+  // very tall matrices (the LM head, 31B's 43008 x 5376 gate_up) and q4_wide_tiles. Deeper rings won some
+  // isolated GEMVs (16384 x 4096: 51 % of read bandwidth at 4 vs 49 % at 2) but lost in the model (E4B decode
+  // 327 vs 343 tok/s at 4, 300 at 8): their shared memory keeps the next kernel's blocks, launched early
+  // (PDL), off the SMs.
+  plan.tiles = forced_tiles != 0 ? forced_tiles : p.n > 16384 || q4_wide_tiles(p) ? 2 : 1;
   if (geglu) {  // a gate tile and an up tile per block
     if (forced_tiles == 1 || p.n % 2 != 0) return plan;
     plan.tiles = 2;
