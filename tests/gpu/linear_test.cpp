@@ -275,14 +275,17 @@ TEST_F(CudaLinear, QuantizedBatchInvariance) {
   // instead); many blocks of 4 segments (N = 8480) and 80 blocks of 16 (N = 2560, the shape of E4B's down
   // projection); segments of 5-6 chunks (N = 10240, its 8-deep ring) with a ragged last chunk, for each
   // scale dtype (f16 and f32 windows are read differently from bf16's). scripts/test_gpu.sh reruns this
-  // with every plan forced (LMX_Q4_STAGES, LMX_Q4_TILES). Then gate_up pairs: 26B-A4B's dense gate_up (4 segments
-  // instead of 11) and one with a ragged K.
-  for (const Case& c : {Case{4, 64, 300, 4096}, Case{8, 32, 70, ragged_k(32)}, Case{3, 128, 130, 1152},
-                        Case{4, 32, 1000, 2560}, Case{6, 64, 17, 448}, Case{4, 64, 77, ragged_k(64)},
-                        Case{4, 128, 40, 65536}, Case{4, 64, 8480, 1024}, Case{4, 64, 2560, 4096},
-                        Case{4, 64, 10240, 4160}, Case{4, 32, 10240, 4160, DType::kF16},
-                        Case{4, 128, 10240, 4224, DType::kF32}, Case{4, 64, 333, 1344, DType::kF16},
-                        Case{4, 64, 4224, 2816, DType::kBF16, true}, Case{4, 64, 1000, ragged_k(64), DType::kBF16, true}}) {
+  // with every plan forced (LMX_Q4_STAGES, LMX_Q4_TILES). The default plan's shape rules: 4096 rows of 4096
+  // columns (two 16-row tiles, as 31B's q/k/v and o) and E2B's 96-block 1536 x 12288 down projection (a
+  // 4-chunk ring). Then gate_up pairs: 26B-A4B's dense gate_up (4 segments instead of 11) and one with a
+  // ragged K.
+  for (const Case& c :
+       {Case{4, 64, 300, 4096}, Case{8, 32, 70, ragged_k(32)}, Case{3, 128, 130, 1152},
+        Case{4, 32, 1000, 2560}, Case{6, 64, 17, 448}, Case{4, 64, 77, ragged_k(64)}, Case{4, 128, 40, 65536},
+        Case{4, 64, 8480, 1024}, Case{4, 64, 2560, 4096}, Case{4, 64, 10240, 4160},
+        Case{4, 32, 10240, 4160, DType::kF16}, Case{4, 128, 10240, 4224, DType::kF32},
+        Case{4, 64, 333, 1344, DType::kF16}, Case{4, 64, 4096, 4096}, Case{4, 64, 1536, 12288},
+        Case{4, 64, 4224, 2816, DType::kBF16, true}, Case{4, 64, 1000, ragged_k(64), DType::kBF16, true}}) {
     const ops::QuantizedWeight w = test::random_quantized_weight({c.n, c.k}, c.bits, c.group, c.scale_dtype, true);
     DeviceQuantizedWeight dw = upload(w);
     dw.view.gate_up_pair = c.pair;

@@ -64,6 +64,9 @@ __host__ __device__ inline int64_t q4_gemv_row_blocks(const Problem& p, int tile
 // (docs/benchmarks.md, seventh pass): E4B's 160-block projections +3.7 % decode; E2B's 96 blocks -0.8 %
 // (not split); 26B-A4B's 176, neutral.
 constexpr int64_t kSplitRowBlocksFrom = 132, kSplitRowBlocksBelow = 264;
+// Chunks per segment from which a grid of fewer than kSplitRowBlocksFrom blocks (one wave, at most one block
+// per SM) runs a ring of 4 chunks instead of 2 (q4_gemv_plan).
+constexpr int kDeepRingMinChunks = 4;
 
 // Warps per block of q4_gemv_kernel: the segments of a row tile over `split` blocks.
 __host__ __device__ inline int q4_gemv_warps(const Problem& p, int split) {
@@ -85,7 +88,7 @@ __host__ __device__ inline int q4_window_blocks(const Problem& p) {
 // Per-warp shared-memory layout of q4_gemv_kernel, a function of the problem and its plan. Every part is a
 // multiple of 16 bytes, so each warp's windows start 16-byte aligned (the 16-byte copies need it).
 struct Q4GemvLayout {
-  int x_chunks = 0;     // staged x chunks
+  int x_chunks = 0;      // staged x chunks
   int scale_blocks = 0;  // 16-byte blocks per row of the scale (and of the bias) window; odd (bank spread)
   int ring_bytes = 0, x_bytes = 0, scale_bytes = 0;
   __host__ __device__ int warp_bytes() const { return ring_bytes + x_bytes + scale_bytes; }
@@ -113,9 +116,12 @@ inline size_t q4_gemv_smem_bytes(const Problem& p, int stages, int tiles, int sp
 // the same bits. LMX_Q4_STAGES=2|4, LMX_Q4_TILES=1|2 and LMX_Q4_SPLIT=1|2 in the environment force a
 // choice, for A/B measurements. `geglu` (Q4Io::kGegluOutput): 2 tiles and an even row count, else stages 0.
 // pair_count: the gathered GEMVs of that many pairs (Q4Pairs) run in one grid.
+// LMX_Q4_SHAPE_STAGES="NxK=S,..." sets the ring depth of single [N, K] projections (A/B runs).
 Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu = false, int pair_count = 1);
 
-inline bool q4_gemv_applies(const Problem& p) { return q4_gemv_plan(p).stages > 0; }
+inline bool q4_gemv_applies(const Problem& p) {
+  return q4_gemv_plan(p).stages > 0;
+}
 
 // Scale or bias element at p in shared memory (raw bytes of the checkpoint's dtype), widened to f32 exactly
 // (for bf16, the f32 whose high half is the bf16: what FormatQ4's dequant expects).
@@ -159,8 +165,8 @@ struct Q4Pairs {
 // runs; at least 32 / rows).
 int q4_window_shift(int rows, int blocks);
 
-// x_up, pairs and window_shift are parameters of their own, not Problem fields (a larger Problem cost registers in an
-// earlier, register-fed version of this kernel).
+// x_up, pairs and window_shift are parameters of their own, not Problem fields (a larger Problem cost
+// registers in an earlier, register-fed version of this kernel).
 template <class F, Q4Io kIo, int kStages, int kTiles>
 __global__ void __launch_bounds__(kMaxSegments * 32)
     q4_gemv_kernel(const Problem p, const float* x_up, const Q4Pairs pairs, const int window_shift) {
@@ -207,9 +213,10 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
   const int blocks = layout.scale_blocks;
   float* partial = reinterpret_cast<float*>(smem);  // [segments][kRows]
   unsigned char* mine = smem + sizeof(float) * segments * kRows + warp * layout.warp_bytes();
-  uint4* ring = reinterpret_cast<uint4*>(mine);     // [kStages][tile][half][lane]
+  uint4* ring = reinterpret_cast<uint4*>(mine);                          // [kStages][tile][half][lane]
   uint32_t* xs = reinterpret_cast<uint32_t*>(mine + layout.ring_bytes);  // [chunk - chunk_begin][c][16 pairs]
-  uint32_t* windows = reinterpret_cast<uint32_t*>(mine + layout.ring_bytes + layout.x_bytes);  // [2][kRows][blocks]
+  uint32_t* windows =
+      reinterpret_cast<uint32_t*>(mine + layout.ring_bytes + layout.x_bytes);  // [2][kRows][blocks]
 
   // Rows (t, h): tile t, half h → block row 16 t + 8 h + g.
   const uint32_t* row_w[kTiles][2];
@@ -309,16 +316,16 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
           b = make_float4(detail::gelu_tanh_mul(b.x, uhi[u].x), detail::gelu_tanh_mul(b.y, uhi[u].y),
                           detail::gelu_tanh_mul(b.z, uhi[u].z), detail::gelu_tanh_mul(b.w, uhi[u].w));
         }
-        *reinterpret_cast<uint4*>(xs + jj * 64 + xc * 16 + 4 * i) =
-            make_uint4(pack_bf16x2(a.x, b.x), pack_bf16x2(a.y, b.y), pack_bf16x2(a.z, b.z), pack_bf16x2(a.w, b.w));
+        *reinterpret_cast<uint4*>(xs + jj * 64 + xc * 16 + 4 * i) = make_uint4(
+            pack_bf16x2(a.x, b.x), pack_bf16x2(a.y, b.y), pack_bf16x2(a.z, b.z), pack_bf16x2(a.w, b.w));
       }
     }
     __syncwarp();
   }
 
   // One chunk of every tile: the generic kernel's mma sequence per tile.
-  auto multiply = [&](const uint32_t (&w)[kTiles][2][4], const float (&s)[kTiles][2][1],
-                      const float (&b)[kTiles][2][1], const uint32_t* xj, float (&acc)[kTiles][4]) {
+  auto multiply = [&](const uint32_t(&w)[kTiles][2][4], const float(&s)[kTiles][2][1],
+                      const float(&b)[kTiles][2][1], const uint32_t* xj, float(&acc)[kTiles][4]) {
     uint32_t bx[16];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -349,7 +356,8 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
     __syncwarp();                  // the windows were copied by other lanes
     uint32_t w[kTiles][2][4];
     float s[kTiles][2][1], b[kTiles][2][1];
-    const int group_byte = (((j * kChunk + 32 * c) >> p.group_shift) - g0_32) * kScaleSize;  // (32-bit: k < 2^31)
+    const int group_byte =
+        (((j * kChunk + 32 * c) >> p.group_shift) - g0_32) * kScaleSize;  // (32-bit: k < 2^31)
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
@@ -363,7 +371,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
     request_chunk(j + kStages, slot);  // the slot is free again (its words are in registers)
     slot = slot + 1 == kStages ? 0 : slot + 1;
   }
-  cp_async_wait<0>();  // nothing may land after the block exits (the windows, when no full chunk ran)
+  cp_async_wait<0>();          // nothing may land after the block exits (the windows, when no full chunk ran)
   if (main_end < chunk_end) {  // the ragged last chunk of K: the generic predicated loads (zeros past k)
     const int j = main_end;
     const int k_left = static_cast<int>(p.k - static_cast<int64_t>(j) * kChunk);
@@ -374,7 +382,8 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t r = weight_row(16 * t + 8 * h + g);
-        load_weight_raw<F>(row_w[t][h] + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, true, tail[t][h]);
+        load_weight_raw<F>(row_w[t][h] + static_cast<int64_t>(j) * chunk_words<F>(), c, k_left, true,
+                           tail[t][h]);
         load_slot_scales<F>(p, r, true, j, c, k_left, ts[t][h], tb[t][h]);
       }
     multiply(tail, ts, tb, xs + (j - chunk_begin) * 64, acc);
@@ -417,6 +426,7 @@ __global__ void __launch_bounds__(kMaxSegments * 32)
 // Enqueues the gathered GEMVs of pair_count pairs (Q4Pairs; p.m == 1, p.n the rows of one expert, p's
 // weight the stack) with q4_gemv_kernel, the GeGLU output when `geglu` (each expert a stacked [gate; up]
 // matrix of p.n rows). False (nothing enqueued) when the batch-1 4-bit kernel does not apply (q4_gemv_plan).
-bool launch_decode_pairs(const Problem& p, const Q4Pairs& pairs, int pair_count, bool geglu, cudaStream_t stream);
+bool launch_decode_pairs(const Problem& p, const Q4Pairs& pairs, int pair_count, bool geglu,
+                         cudaStream_t stream);
 
 }  // namespace lmx::cuda::linear

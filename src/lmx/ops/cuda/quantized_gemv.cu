@@ -5,19 +5,22 @@
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 namespace lmx::cuda::linear {
 namespace {
 
 template <class F, int NT>
 void decode_rows(const Problem& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((p.m + 8 * NT - 1) / (8 * NT)), static_cast<unsigned>((p.n + 15) / 16));
+  const dim3 grid(static_cast<unsigned>((p.m + 8 * NT - 1) / (8 * NT)),
+                  static_cast<unsigned>((p.n + 15) / 16));
   const size_t smem = static_cast<size_t>(p.segments) * NT * 8 * 16 * sizeof(float);
   launch(linear_decode_kernel<F, NT>, grid, 32 * p.segments, smem, stream, p);
 }
@@ -41,10 +44,11 @@ void launch_gemv_q4(const Problem& p, const Q4Call& call, int split, cudaStream_
   const size_t smem = q4_gemv_smem_bytes(p, kStages, kTiles, split);
   auto* kernel = q4_gemv_kernel<F, kIo, kStages, kTiles>;
   if (smem > 48 * 1024)
-    LMX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    LMX_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int window_shift = q4_window_shift(16 * kTiles, q4_window_blocks(p));
-  launch_clustered(kernel, grid, threads, smem, stream, static_cast<unsigned>(split), p, call.x_up, call.pairs,
-                   window_shift);
+  launch_clustered(kernel, grid, threads, smem, stream, static_cast<unsigned>(split), p, call.x_up,
+                   call.pairs, window_shift);
 }
 
 template <class F, Q4Io kIo, int kTiles>
@@ -133,6 +137,9 @@ bool q4_wide_tiles(const Problem& p) {
 
 Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
+  // LMX_Q4_SHAPE_STAGES="NxK=S,..." (S 2 or 4): the ring depth of plain-grid [N, K] projections only (A/B
+  // runs; the MoE's gathered GEMVs keep theirs).
+  static const std::vector<SegmentOverride> shape_stages = segment_overrides_from_env("LMX_Q4_SHAPE_STAGES");
   static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
   static const int forced_split = forced_choice("LMX_Q4_SPLIT", {1, 2});
   Q4GemvPlan plan;
@@ -150,13 +157,29 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
     if (forced_tiles == 1 || p.n % 2 != 0) return plan;
     plan.tiles = 2;
   }
-  const int stages = forced_stages != 0 ? forced_stages : 2;
   // Matrices of one to two row blocks per SM split each row tile's segments over a cluster of two blocks
   // (E4B's 2560-row projections: 160 blocks, 1.2 per SM, SMs busy 54 % of the time under ncu).
   const int64_t blocks = q4_gemv_row_blocks(p, plan.tiles, geglu) * pair_count;
   const bool uneven_wave = blocks >= kSplitRowBlocksFrom && blocks < kSplitRowBlocksBelow;
   plan.split = forced_split != 0 ? forced_split : uneven_wave && p.segments >= 4 ? 2 : 1;
   if (plan.split > p.segments) plan.split = 1;
+  // A grid of fewer blocks than SMs never shares an SM with a block of its own, so a deeper ring costs it no
+  // residency and doubles each warp's bytes in flight, where its segments have the chunks to fill it.
+  // Measured (docs/benchmarks.md, twenty-sixth pass): E2B's 96-block 1536 x 12288 down projection (6 chunks
+  // per warp) at 4 stages, decode +3.7 %; its 1536 x 6144 (3 chunks) -0.5 %; larger grids lost (E4B, 31B: -1
+  // to -5 %).
+  const bool deep_ring =
+      blocks * plan.split < kSplitRowBlocksFrom && q4_max_segment_chunks(p) >= kDeepRingMinChunks;
+  int stages = forced_stages != 0 ? forced_stages : deep_ring ? 4 : 2;
+  if (const int s = segment_override(shape_stages, "LMX_Q4_SHAPE_STAGES", p.n, p.k, 4);
+      forced_stages == 0 && pair_count == 1 && s > 0) {
+    LMX_REQUIRE(InvalidArgument, s == 2 || s == 4, "LMX_Q4_SHAPE_STAGES: {}x{}={} is not a ring of 2 or 4",
+                p.n, p.k, s);
+    stages = s;
+  }
+  if (forced_stages == 0 && stages == 4 &&
+      q4_gemv_smem_bytes(p, stages, plan.tiles, plan.split) > kGemvMaxSmem)
+    stages = 2;  // (the deep ring does not fit: the default one may)
   if (q4_gemv_smem_bytes(p, stages, plan.tiles, plan.split) <= kGemvMaxSmem) plan.stages = stages;
   return plan;
 }
@@ -166,7 +189,8 @@ bool launch_decode_geglu(const Problem& p, cudaStream_t stream) {
   return with_q4_format(p, [&](auto f) { return gemv_q4<decltype(f)>(p, Q4Call{}, true, stream); });
 }
 
-bool launch_decode_pairs(const Problem& p, const Q4Pairs& pairs, int pair_count, bool geglu, cudaStream_t stream) {
+bool launch_decode_pairs(const Problem& p, const Q4Pairs& pairs, int pair_count, bool geglu,
+                         cudaStream_t stream) {
   if (p.format != WeightFormat::kQ4 || pair_count < 1) return false;
   const Q4Call call{nullptr, pairs, pair_count};
   return with_q4_format(p, [&](auto f) { return gemv_q4<decltype(f)>(p, call, geglu, stream); });
