@@ -190,13 +190,18 @@ __device__ __forceinline__ void write_slice(const float* in, float* out, int wid
     out[i] = in[i] + 1.0f + 0.0f * extra;
 }
 
-template <Wait kWait>
-__global__ void __launch_bounds__(kThreads) link_kernel(Link l) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  // The weights before the wait (never written, so allowed), 16 bytes per thread and copy.
+// The block's weights of a link, if any, before its wait (never written, so allowed), 16 bytes per thread and
+// copy.
+__device__ __forceinline__ void request_link_weights(unsigned char* smem, const Link& l) {
   if (l.weights != nullptr)
     request_weights(smem, l.weights + static_cast<size_t>(blockIdx.x) * (l.weight_bytes / 16), l.weight_bytes,
                     0);
+}
+
+template <Wait kWait>
+__global__ void __launch_bounds__(kThreads) link_kernel(Link l) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  request_link_weights(smem, l);
   if constexpr (kWait == Wait::kFlag) {
     // (The first kernel follows reset_chain, which does not signal: it waits as pdl does.)
     if (l.index == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -265,9 +270,7 @@ __device__ __forceinline__ Tagged check_tagged(const unsigned long long* in, Rea
 template <bool kAhead>
 __global__ void __launch_bounds__(kThreads) tagged_link_kernel(Link l) {
   extern __shared__ __align__(16) unsigned char smem[];
-  if (l.weights != nullptr)
-    request_weights(smem, l.weights + static_cast<size_t>(blockIdx.x) * (l.weight_bytes / 16), l.weight_bytes,
-                    0);
+  request_link_weights(smem, l);
   if (l.index == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
   if constexpr (kAhead) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // (An acquire load, not a plain one: a block launched while older blocks run on its SM may otherwise read
