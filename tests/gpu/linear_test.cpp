@@ -635,6 +635,36 @@ TEST(CudaKnobs, SegmentOverridesParseOrReject) {
   }
 }
 
+// LMX_Q4_SHAPE_PLAN's parser (no GPU needed): ring, tiles and split per shape, missing fields and zeros kept
+// as the rules' (0), anything else rejected naming the knob.
+TEST(CudaKnobs, ShapePlanOverridesParseOrReject) {
+  EXPECT_TRUE(cuda::parse_q4_plan_overrides("").empty());
+  const auto parsed = cuda::parse_q4_plan_overrides("1536x12288=4,2560x10240=2/2,16384x5376=0/1/2,");
+  ASSERT_EQ(parsed.size(), 3u);
+  EXPECT_EQ(parsed[0].n, 1536);
+  EXPECT_EQ(parsed[0].k, 12288);
+  EXPECT_EQ(parsed[0].stages, 4);
+  EXPECT_EQ(parsed[0].tiles, 0);
+  EXPECT_EQ(parsed[0].split, 0);
+  EXPECT_EQ(parsed[1].stages, 2);
+  EXPECT_EQ(parsed[1].tiles, 2);
+  EXPECT_EQ(parsed[1].split, 0);
+  EXPECT_EQ(parsed[2].n, 16384);
+  EXPECT_EQ(parsed[2].stages, 0);
+  EXPECT_EQ(parsed[2].tiles, 1);
+  EXPECT_EQ(parsed[2].split, 2);
+  for (const char* bad : {"1536x12288", "1536x12288=", "1536x12288=3", "1536x12288=4/3", "1536x12288=4/1/4",
+                          "1536x12288=4/1/1/1", "1536x12288=4/", "1536x12288=4:1", "x12288=4", "0x12288=4",
+                          "1x2=4,,3x4=2", "1x2=4 "}) {
+    try {
+      (void)cuda::parse_q4_plan_overrides(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("LMX_Q4_SHAPE_PLAN"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The lookup shared by LMX_Q4_SEGMENTS and LMX_MOE_SEGMENTS: a listed shape's segments, 0 for others, and an
 // error naming the knob for more segments than the weight allows (no GPU needed).
 TEST(CudaKnobs, SegmentOverrideLooksUpOrRejects) {

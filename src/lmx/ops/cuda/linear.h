@@ -67,9 +67,20 @@ std::vector<SegmentOverride> segment_overrides_from_env(const char* knob);
 int segment_override(const std::vector<SegmentOverride>& overrides, std::string_view knob, int64_t n,
                      int64_t k, int64_t most);
 
+// A per-shape plan of the batch-1 4-bit GEMV (linear_decode_q4.cuh), for A/B runs: the environment variable
+// LMX_Q4_SHAPE_PLAN="NxK=S[/T[/P]][,...]" gives every single [N, K] 4-bit projection (not the MoE's gathered
+// GEMVs) a ring of S chunks (2 or 4), T 16-row tiles per warp (1 or 2) and P blocks per row tile (1 or 2); 0
+// or a missing field keeps the plan's own choice. Every plan gives the same bits.
+struct Q4PlanOverride {
+  int64_t n = 0, k = 0;
+  int stages = 0, tiles = 0, split = 0;
+};
+// Parses such a list (empty: none); InvalidArgument naming the knob and the malformed entry.
+std::vector<Q4PlanOverride> parse_q4_plan_overrides(std::string_view text);
+
 // out = x · Wᵀ for a dense weight (batch must be 1).
-void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out, int64_t out_stride,
-                  CudaContext& ctx);
+void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out,
+                  int64_t out_stride, CudaContext& ctx);
 
 // out = x · Wᵀ for a quantized weight (batch must be 1); every bits value 2, 3, 4, 5, 6, 8 and group
 // 32/64/128; fast paths for 4 and 8 bits (decode: near HBM bandwidth; prefill: tensor cores).
@@ -97,8 +108,8 @@ bool quantized_linear_geglu(const float* x, int64_t x_stride, int64_t m, const D
 constexpr int64_t kGegluMinRows = 4096;
 
 // out[t, :] = dequantized row ids[t] of a quantized [vocab, dim] table, times scale.
-void quantized_embedding(const DeviceQuantized& table, const int32_t* ids, int64_t count, float scale, float* out,
-                         int64_t out_stride, cudaStream_t stream);
+void quantized_embedding(const DeviceQuantized& table, const int32_t* ids, int64_t count, float scale,
+                         float* out, int64_t out_stride, cudaStream_t stream);
 
 // MoE routing (ops::moe_route's contract): p = softmax(logits[t, :E]); top-k (ties → lower index);
 // renormalise to sum 1; multiply by per_expert_scale[e] (f32 [E] or nullptr). experts [T, k] int32
@@ -132,11 +143,12 @@ struct MoeOutputNorms {
 // upload, join_expert_rows), down [E, H, I]; the projections on tensor cores with linear_tiles.cuh's
 // numerics (bf16 operands, f32 sums). x [T, H] f32 contiguous, out [T, H].
 // Expert ids are read from device memory (graph-safe); tokens are grouped by expert on the device.
-// ids_early: the caller wrote `experts` at least two kernel launches before this call, so the decode kernel may
-// read them (and start fetching the experts' weights) before waiting for the previous kernel (launch.cuh).
-void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
-                           const DeviceQuantized& gate_up, const DeviceQuantized& down, float* out, CudaContext& ctx,
-                           const MoeOutputNorms* norms = nullptr, bool ids_early = false);
+// ids_early: the caller wrote `experts` at least two kernel launches before this call, so the decode kernel
+// may read them (and start fetching the experts' weights) before waiting for the previous kernel
+// (launch.cuh).
+void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
+                           int top_k, const DeviceQuantized& gate_up, const DeviceQuantized& down, float* out,
+                           CudaContext& ctx, const MoeOutputNorms* norms = nullptr, bool ids_early = false);
 // Tokens per pass of the expert dispatch for a call of `tokens` tokens: a call runs in passes (grouping,
 // gate/up, down, combine each), as many tokens each as keep a pass's activations (the gate/up output
 // [pairs, 2I] and the down output [pairs, H], f32) within kMoePassBytes, but at least kMoeMinPassPairs /
@@ -149,8 +161,8 @@ constexpr int64_t kMoePassBytes = int64_t{512} << 20;
 constexpr int64_t kMoeMinPassPairs = 4096, kMoeMaxPassPairs = 32768;
 int64_t moe_pass_tokens(int64_t tokens, int top_k, int64_t hidden, int64_t inter);
 // Same for dense experts: gate_up [E, 2I, H] (first I rows gate, next I rows up), down [E, H, I].
-void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
-                       const DeviceDense& gate_up, const DeviceDense& down, float* out, CudaContext& ctx,
-                       const MoeOutputNorms* norms = nullptr);
+void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
+                       int top_k, const DeviceDense& gate_up, const DeviceDense& down, float* out,
+                       CudaContext& ctx, const MoeOutputNorms* norms = nullptr);
 
 }  // namespace lmx::cuda

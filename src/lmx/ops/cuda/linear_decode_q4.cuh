@@ -116,7 +116,7 @@ inline size_t q4_gemv_smem_bytes(const Problem& p, int stages, int tiles, int sp
 // the same bits. LMX_Q4_STAGES=2|4, LMX_Q4_TILES=1|2 and LMX_Q4_SPLIT=1|2 in the environment force a
 // choice, for A/B measurements. `geglu` (Q4Io::kGegluOutput): 2 tiles and an even row count, else stages 0.
 // pair_count: the gathered GEMVs of that many pairs (Q4Pairs) run in one grid.
-// LMX_Q4_SHAPE_STAGES="NxK=S,..." sets the ring depth of single [N, K] projections (A/B runs).
+// LMX_Q4_SHAPE_PLAN (linear.h) sets the plan of single [N, K] projections (A/B runs).
 Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu = false, int pair_count = 1);
 
 inline bool q4_gemv_applies(const Problem& p) {

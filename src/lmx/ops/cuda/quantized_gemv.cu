@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <vector>
 
@@ -137,11 +138,16 @@ bool q4_wide_tiles(const Problem& p) {
 
 Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
-  // LMX_Q4_SHAPE_STAGES="NxK=S,..." (S 2 or 4): the ring depth of plain-grid [N, K] projections only (A/B
-  // runs; the MoE's gathered GEMVs keep theirs).
-  static const std::vector<SegmentOverride> shape_stages = segment_overrides_from_env("LMX_Q4_SHAPE_STAGES");
+  // LMX_Q4_SHAPE_PLAN (linear.h): one shape's plan, for single projections only.
+  static const std::vector<Q4PlanOverride> shape_plans = [] {
+    const char* v = std::getenv("LMX_Q4_SHAPE_PLAN");
+    return parse_q4_plan_overrides(v != nullptr ? v : "");
+  }();
   static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
   static const int forced_split = forced_choice("LMX_Q4_SPLIT", {1, 2});
+  Q4PlanOverride shape;  // (zeros: the rules below choose)
+  for (const Q4PlanOverride& o : shape_plans)
+    if (pair_count == 1 && o.n == p.n && o.k == p.k) shape = o;
   Q4GemvPlan plan;
   // (The scale and bias windows are copied in 16-byte blocks.)
   if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !detail::aligned16(p.scales) ||
@@ -152,16 +158,18 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   // isolated GEMVs (16384 x 4096: 51 % of read bandwidth at 4 vs 49 % at 2) but lost in the model (E4B decode
   // 327 vs 343 tok/s at 4, 300 at 8): their shared memory keeps the next kernel's blocks, launched early
   // (PDL), off the SMs.
-  plan.tiles = forced_tiles != 0 ? forced_tiles : p.n > 16384 || q4_wide_tiles(p) ? 2 : 1;
+  const int tiles = forced_tiles != 0 ? forced_tiles : shape.tiles;
+  plan.tiles = tiles != 0 ? tiles : p.n > 16384 || q4_wide_tiles(p) ? 2 : 1;
   if (geglu) {  // a gate tile and an up tile per block
-    if (forced_tiles == 1 || p.n % 2 != 0) return plan;
+    if (tiles == 1 || p.n % 2 != 0) return plan;
     plan.tiles = 2;
   }
   // Matrices of one to two row blocks per SM split each row tile's segments over a cluster of two blocks
   // (E4B's 2560-row projections: 160 blocks, 1.2 per SM, SMs busy 54 % of the time under ncu).
   const int64_t blocks = q4_gemv_row_blocks(p, plan.tiles, geglu) * pair_count;
   const bool uneven_wave = blocks >= kSplitRowBlocksFrom && blocks < kSplitRowBlocksBelow;
-  plan.split = forced_split != 0 ? forced_split : uneven_wave && p.segments >= 4 ? 2 : 1;
+  const int split = forced_split != 0 ? forced_split : shape.split;
+  plan.split = split != 0 ? split : uneven_wave && p.segments >= 4 ? 2 : 1;
   if (plan.split > p.segments) plan.split = 1;
   // A grid of fewer blocks than SMs never shares an SM with a block of its own, so a deeper ring costs it no
   // residency and doubles each warp's bytes in flight, where its segments have the chunks to fill it.
@@ -170,15 +178,9 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   // to -5 %).
   const bool deep_ring =
       blocks * plan.split < kSplitRowBlocksFrom && q4_max_segment_chunks(p) >= kDeepRingMinChunks;
-  int stages = forced_stages != 0 ? forced_stages : deep_ring ? 4 : 2;
-  if (const int s = segment_override(shape_stages, "LMX_Q4_SHAPE_STAGES", p.n, p.k, 4);
-      forced_stages == 0 && pair_count == 1 && s > 0) {
-    LMX_REQUIRE(InvalidArgument, s == 2 || s == 4, "LMX_Q4_SHAPE_STAGES: {}x{}={} is not a ring of 2 or 4",
-                p.n, p.k, s);
-    stages = s;
-  }
-  if (forced_stages == 0 && stages == 4 &&
-      q4_gemv_smem_bytes(p, stages, plan.tiles, plan.split) > kGemvMaxSmem)
+  const int chosen = forced_stages != 0 ? forced_stages : shape.stages;
+  int stages = chosen != 0 ? chosen : deep_ring ? 4 : 2;
+  if (chosen == 0 && stages == 4 && q4_gemv_smem_bytes(p, stages, plan.tiles, plan.split) > kGemvMaxSmem)
     stages = 2;  // (the deep ring does not fit: the default one may)
   if (q4_gemv_smem_bytes(p, stages, plan.tiles, plan.split) <= kGemvMaxSmem) plan.stages = stages;
   return plan;

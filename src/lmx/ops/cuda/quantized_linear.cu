@@ -17,29 +17,81 @@
 
 namespace lmx::cuda {
 
-std::vector<SegmentOverride> parse_segment_overrides(std::string_view text, std::string_view knob) {
-  std::vector<SegmentOverride> out;
+namespace {
+
+// Reads the fields of one entry of a knob's "NxK=..." list in turn.
+class EntryReader {
+ public:
+  explicit EntryReader(std::string_view entry) : p_(entry.data()), end_(entry.data() + entry.size()) {}
+  // A decimal number followed by `stop` ('\0': the entry's end), stepping past both; false (and nothing read)
+  // when the text does not match.
+  bool number(int64_t& value, char stop) {
+    int64_t v = 0;
+    const auto [next, ec] = std::from_chars(p_, end_, v);
+    const bool ok =
+        ec == std::errc() && next != p_ && (stop == '\0' ? next == end_ : next < end_ && *next == stop);
+    if (!ok) return false;
+    value = v;
+    p_ = stop == '\0' ? next : next + 1;
+    return true;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+// Calls fn(entry) for each comma-separated entry of text (a trailing comma allowed, an empty entry elsewhere
+// passed on as such).
+template <class Fn>
+void for_each_entry(std::string_view text, Fn fn) {
   while (!text.empty()) {
     const size_t comma = text.find(',');
-    const std::string_view entry = text.substr(0, comma);
+    fn(text.substr(0, comma));
     text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+}
+
+}  // namespace
+
+std::vector<SegmentOverride> parse_segment_overrides(std::string_view text, std::string_view knob) {
+  std::vector<SegmentOverride> out;
+  for_each_entry(text, [&](std::string_view entry) {
     SegmentOverride o;
-    const char* p = entry.data();
-    const char* end = entry.data() + entry.size();
-    auto number = [&](int64_t& value, char stop) {
-      const auto [next, ec] = std::from_chars(p, end, value);
-      const bool ok = ec == std::errc() && next != p && (stop == '\0' ? next == end : next < end && *next == stop);
-      p = ok && stop != '\0' ? next + 1 : next;
-      return ok;
-    };
+    EntryReader r(entry);
     int64_t segments = 0;
-    const bool ok = number(o.n, 'x') && number(o.k, '=') && number(segments, '\0');
+    const bool ok = r.number(o.n, 'x') && r.number(o.k, '=') && r.number(segments, '\0');
     LMX_REQUIRE(InvalidArgument,
                 ok && o.n > 0 && o.k > 0 && segments >= 1 && segments <= linear::kMaxSegments,
                 "{}: '{}' is not NxK=S with S in [1, {}]", knob, entry, linear::kMaxSegments);
     o.segments = static_cast<int>(segments);
     out.push_back(o);
-  }
+  });
+  return out;
+}
+
+std::vector<Q4PlanOverride> parse_q4_plan_overrides(std::string_view text) {
+  std::vector<Q4PlanOverride> out;
+  for_each_entry(text, [&](std::string_view entry) {
+    Q4PlanOverride o;
+    EntryReader r(entry);
+    int64_t fields[3] = {0, 0, 0};  // stages, tiles, split
+    bool ok = r.number(o.n, 'x') && r.number(o.k, '=') && o.n > 0 && o.k > 0;
+    bool last = false;  // a field ended the entry
+    for (int i = 0; ok && !last && i < 3; ++i) {
+      last = r.number(fields[i], '\0');
+      ok = last || r.number(fields[i], '/');
+    }
+    ok = ok && last;
+    const auto one_of = [](int64_t v, int64_t a, int64_t b) { return v == 0 || v == a || v == b; };
+    LMX_REQUIRE(
+        InvalidArgument, ok && one_of(fields[0], 2, 4) && one_of(fields[1], 1, 2) && one_of(fields[2], 1, 2),
+        "LMX_Q4_SHAPE_PLAN: '{}' is not NxK=S[/T[/P]] with S 2 or 4, T and P 1 or 2 (0: the rule's)", entry);
+    o.stages = static_cast<int>(fields[0]);
+    o.tiles = static_cast<int>(fields[1]);
+    o.split = static_cast<int>(fields[2]);
+    out.push_back(o);
+  });
   return out;
 }
 
@@ -77,9 +129,11 @@ int q4_segments(int64_t n, int64_t k, int chunks, bool gate_up_pair) {
 }  // namespace
 
 void complete(Problem& p) {
-  LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit", p.n);
+  LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit",
+              p.n);
   p.chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
-  p.segments = p.bits == 4 ? q4_segments(p.n, p.k, p.chunks, p.gate_up_pair) : linear_segments(p.n, p.k, p.bits);
+  p.segments =
+      p.bits == 4 ? q4_segments(p.n, p.k, p.chunks, p.gate_up_pair) : linear_segments(p.n, p.k, p.bits);
   p.x_vec4 = detail::aligned16(p.x) && (p.x_stride % 4 == 0 || p.m == 1);
 }
 
@@ -102,7 +156,7 @@ Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const Dev
   const bool aligned = detail::aligned16(w.codes);
   p.format = aligned && w.bits == 4   ? WeightFormat::kQ4
              : aligned && w.bits == 8 ? WeightFormat::kQ8
-                                        : WeightFormat::kPacked;
+                                      : WeightFormat::kPacked;
   p.bits = w.bits;
   p.group_shift = log2_group_size(w.group_size);
   p.scale_dtype = w.scale_dtype;
@@ -133,21 +187,22 @@ Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const Dev
 namespace {
 
 // The checks every quantized projection makes; `op` names the caller in the message.
-void check_quantized(const char* op, const DeviceQuantized& w, int64_t x_stride, int64_t m, int64_t out_stride) {
+void check_quantized(const char* op, const DeviceQuantized& w, int64_t x_stride, int64_t m,
+                     int64_t out_stride) {
   const bool bits_ok = w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8;
   const bool group_ok = w.group_size == 32 || w.group_size == 64 || w.group_size == 128;
   LMX_REQUIRE(InvalidArgument, bits_ok && group_ok, "{}: unsupported bits {} / group size {}", op, w.bits,
               w.group_size);
   LMX_REQUIRE(InvalidArgument, w.batch == 1, "{}: weight batch must be 1, got {}", op, w.batch);
   LMX_REQUIRE(InvalidArgument, w.rows >= 0 && w.cols > 0 && w.cols % w.group_size == 0,
-              "{}: weight [{}, {}] columns must be a positive multiple of the group size {}", op, w.rows, w.cols,
-              w.group_size);
+              "{}: weight [{}, {}] columns must be a positive multiple of the group size {}", op, w.rows,
+              w.cols, w.group_size);
   LMX_REQUIRE(InvalidArgument,
               w.scale_dtype == DType::kBF16 || w.scale_dtype == DType::kF16 || w.scale_dtype == DType::kF32,
               "{}: scale dtype must be bf16, f16 or f32", op);
   LMX_REQUIRE(InvalidArgument, m >= 0 && x_stride >= w.cols && out_stride >= w.rows,
-              "{}: M {} with x stride {} (K {}) and out stride {} (N {})", op, m, x_stride, w.cols, out_stride,
-              w.rows);
+              "{}: M {} with x stride {} (K {}) and out stride {} (N {})", op, m, x_stride, w.cols,
+              out_stride, w.rows);
 }
 
 }  // namespace
@@ -162,8 +217,8 @@ void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQ
 void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t m,
                            const DeviceQuantized& w, float* out, int64_t out_stride, CudaContext& ctx) {
   check_quantized("quantized_linear_gelu", w, gate_stride, m, out_stride);
-  LMX_REQUIRE(InvalidArgument, up_stride >= w.cols, "quantized_linear_gelu: up stride {} below K {}", up_stride,
-              w.cols);
+  LMX_REQUIRE(InvalidArgument, up_stride >= w.cols, "quantized_linear_gelu: up stride {} below K {}",
+              up_stride, w.cols);
   if (m == 0 || w.rows == 0) return;
   linear::Problem p = linear::quantized_problem(gate, gate_stride, m, w, out, out_stride);
   linear::complete(p);
