@@ -5,6 +5,7 @@
 # same bits), then prints per variant the decode tok/s (mean over the rounds) and its change against the plain run.
 # A shape the model does not have changes nothing (~0 %); a GeGLU projection (a stacked gate_up) with T = 1 falls
 # back to the unfused path. Each variant-round costs one `lmx bench` (E4B: ~8 s), so sweep a few shapes per call.
+# The shapes a model runs, with their current plans: `LMX_Q4_PLAN_LOG=1 lmx bench --device cuda --model M ...`.
 # Usage: scripts/device_run.sh scripts/plan_sweep_gpu.sh --preset gemma4-e4b [--plans "4/1/1 2/2/1 ..."]
 #          [--layers N] [--prompt 512] [--gen 128] [--reps 2] [--dir /dev/shm/lmx-synth] NxK [NxK...]
 set -euo pipefail

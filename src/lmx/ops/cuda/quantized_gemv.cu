@@ -9,10 +9,16 @@
 #include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace lmx::cuda::linear {
@@ -72,11 +78,37 @@ void gemv_q4_planned(const Problem& p, const Q4Call& call, const Q4GemvPlan& pla
   }
 }
 
+// LMX_Q4_PLAN_LOG=1: every distinct batch-1 4-bit launch (shape, kind, pairs) prints its plan once to stderr
+// — the shapes a model runs, to sweep with LMX_Q4_SHAPE_PLAN (scripts/plan_sweep_gpu.sh).
+void log_plan_once(const Problem& p, const Q4Call& call, bool geglu, const Q4GemvPlan& plan) {
+  static const bool enabled = env_integer("LMX_Q4_PLAN_LOG", 0, 0, 1) != 0;
+  if (!enabled) return;
+  const bool gelu_input = call.x_up != nullptr;
+  static std::mutex mutex;
+  static std::set<std::tuple<int64_t, int64_t, bool, bool, int>> seen;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!seen.emplace(p.n, p.k, geglu, gelu_input, call.pair_count).second) return;
+  }
+  const int64_t blocks = q4_gemv_row_blocks(p, plan.tiles, geglu) * plan.split * call.pair_count;
+  fmt::print(stderr, "lmx: q4 plan {}x{}{}{}: ", p.n, p.k,
+             geglu        ? " (GeGLU output)"
+             : gelu_input ? " (GeGLU input)"
+                          : "",
+             call.pair_count > 1 ? fmt::format(", {} pairs", call.pair_count) : std::string());
+  if (plan.stages == 0)
+    fmt::print(stderr, "not applicable (the generic kernel runs)\n");
+  else
+    fmt::print(stderr, "ring {}, tiles {}, split {}, {} segments of <= {} chunks, {} blocks\n", plan.stages,
+               plan.tiles, plan.split, p.segments, q4_max_segment_chunks(p), blocks);
+}
+
 // Batch 1 with 4-bit weights (q4_gemv_applies): q4_gemv_kernel, with the GeGLU input when x_up is set or
 // the GeGLU output when `geglu`; false (nothing enqueued) when the plan does not apply.
 template <class F>
 bool gemv_q4(const Problem& p, const Q4Call& call, bool geglu, cudaStream_t stream) {
   const Q4GemvPlan plan = q4_gemv_plan(p, geglu, call.pair_count);
+  log_plan_once(p, call, geglu, plan);
   if (plan.stages == 0) return false;
   if (geglu)
     gemv_q4_planned<F, Q4Io::kGegluOutput>(p, call, plan, stream);
