@@ -26,8 +26,8 @@
 //            block requests the next phase's weights (double-buffered) as soon as it has read this phase's.
 // Prints µs per kernel (graph replays of the whole chain, medians) and checks every value each block read:
 // a stale read (a dependency that did not hold) makes the run fail. A tagged wait that spins ~4M times gives
-// up and its cell reads "hang" (a chain that made no progress for ~seconds: measured with `ahead` and no
-// weights, when every SM holds blocks of dozens of spinning kernels).
+// up and its cell reads "hang" (a chain that made no progress for ~seconds; before the barrier in
+// tagged_link_kernel, `ahead` without weights did, see there).
 //
 // With `neighbours` n > 0 a block reads only the slices of blocks b - n .. b + n of the kernel before (a
 // dependency on a few producers, as a head's attention has on its own q/k/v rows), and the flag and
@@ -280,6 +280,12 @@ __global__ void __launch_bounds__(kThreads) tagged_link_kernel(Link l) {
   const Tagged found =
       check_tagged(l.tagged_in, read_range(l.width, per, l.neighbours), tag, static_cast<float>(l.index));
   if (found != Tagged::kGood) atomicAdd(l.errors + (found == Tagged::kGaveUp ? 1 : 0), 1u);
+  // Every thread of the block has read its inputs before any writes an output: the kernel after next
+  // overwrites this input buffer once it has seen this kernel's outputs, so those must mean that every reader
+  // is done, also the threads that write nothing (per < kThreads). Without this barrier `ahead` let them be
+  // overtaken and spin on a tag that was gone ("hang" without weights; with weights fold_weights' barrier did
+  // the same).
+  __syncthreads();
   if constexpr (!kAhead) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const float extra = l.weights != nullptr ? fold_weights(smem, l.weight_bytes) : 0.0f;
   const int begin = static_cast<int>(blockIdx.x) * per;
