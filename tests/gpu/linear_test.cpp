@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
@@ -613,6 +614,19 @@ TEST(CudaKnobs, EnvIntegerParsesOrRejects) {
   ::unsetenv(name);
 }
 
+// Every text in `bad` makes parse throw InvalidArgument naming `knob`.
+template <class Parse>
+void expect_rejected(Parse parse, const std::string& knob, std::initializer_list<const char*> bad) {
+  for (const char* text : bad) {
+    try {
+      parse(text);
+      ADD_FAILURE() << "accepted '" << text << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(knob), std::string::npos) << e.what();
+    }
+  }
+}
+
 // LMX_Q4_SEGMENTS's parser (no GPU needed).
 TEST(CudaKnobs, SegmentOverridesParseOrReject) {
   EXPECT_TRUE(cuda::parse_segment_overrides("").empty());
@@ -624,15 +638,9 @@ TEST(CudaKnobs, SegmentOverridesParseOrReject) {
   EXPECT_EQ(parsed[1].n, 1536);
   EXPECT_EQ(parsed[1].k, 6144);
   EXPECT_EQ(parsed[1].segments, 11);
-  for (const char* bad : {"12288x1536", "12288x1536=0", "12288x1536=17", "x1536=2", "12288*1536=2", "1x2=3,,4x5=6",
-                          "1x2=3 ", "-1x2=3"}) {
-    try {
-      (void)cuda::parse_segment_overrides(bad);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("LMX_Q4_SEGMENTS"), std::string::npos) << e.what();
-    }
-  }
+  expect_rejected([](const char* text) { (void)cuda::parse_segment_overrides(text); }, "LMX_Q4_SEGMENTS",
+                  {"12288x1536", "12288x1536=0", "12288x1536=17", "x1536=2", "12288*1536=2", "1x2=3,,4x5=6",
+                   "1x2=3 ", "-1x2=3"});
 }
 
 // LMX_Q4_SHAPE_PLAN's parser (no GPU needed): ring, tiles and split per shape, missing fields and zeros kept
@@ -653,16 +661,10 @@ TEST(CudaKnobs, ShapePlanOverridesParseOrReject) {
   EXPECT_EQ(parsed[2].stages, 0);
   EXPECT_EQ(parsed[2].tiles, 1);
   EXPECT_EQ(parsed[2].split, 2);
-  for (const char* bad : {"1536x12288", "1536x12288=", "1536x12288=3", "1536x12288=4/3", "1536x12288=4/1/4",
-                          "1536x12288=4/1/1/1", "1536x12288=4/", "1536x12288=4:1", "x12288=4", "0x12288=4",
-                          "1x2=4,,3x4=2", "1x2=4 "}) {
-    try {
-      (void)cuda::parse_q4_plan_overrides(bad);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("LMX_Q4_SHAPE_PLAN"), std::string::npos) << e.what();
-    }
-  }
+  expect_rejected([](const char* text) { (void)cuda::parse_q4_plan_overrides(text); }, "LMX_Q4_SHAPE_PLAN",
+                  {"1536x12288", "1536x12288=", "1536x12288=3", "1536x12288=4/3", "1536x12288=4/1/4",
+                   "1536x12288=4/1/1/1", "1536x12288=4/", "1536x12288=4:1", "x12288=4", "0x12288=4", "1x2=4,,3x4=2",
+                   "1x2=4 "});
 }
 
 // The lookup shared by LMX_Q4_SEGMENTS and LMX_MOE_SEGMENTS: a listed shape's segments, 0 for others, and an
