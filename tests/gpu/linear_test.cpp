@@ -661,6 +661,12 @@ TEST(CudaKnobs, ShapePlanOverridesParseOrReject) {
   EXPECT_EQ(parsed[2].stages, 0);
   EXPECT_EQ(parsed[2].tiles, 1);
   EXPECT_EQ(parsed[2].split, 2);
+  ::setenv("LMX_Q4_SHAPE_PLAN", "1536x12288=4/2", 1);
+  const auto from_env = cuda::q4_plan_overrides_from_env();
+  ::unsetenv("LMX_Q4_SHAPE_PLAN");
+  ASSERT_EQ(from_env.size(), 1u);
+  EXPECT_EQ(from_env[0].tiles, 2);
+  EXPECT_TRUE(cuda::q4_plan_overrides_from_env().empty());
   expect_rejected([](const char* text) { (void)cuda::parse_q4_plan_overrides(text); }, "LMX_Q4_SHAPE_PLAN",
                   {"1536x12288", "1536x12288=", "1536x12288=3", "1536x12288=4/3", "1536x12288=4/1/4",
                    "1536x12288=4/1/1/1", "1536x12288=4/", "1536x12288=4:1", "x12288=4", "0x12288=4", "1x2=4,,3x4=2",

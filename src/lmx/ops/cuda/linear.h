@@ -77,6 +77,8 @@ struct Q4PlanOverride {
 };
 // Parses such a list (empty: none); InvalidArgument naming the knob and the malformed entry.
 std::vector<Q4PlanOverride> parse_q4_plan_overrides(std::string_view text);
+// The list in LMX_Q4_SHAPE_PLAN (unset: none), parsed as above.
+std::vector<Q4PlanOverride> q4_plan_overrides_from_env();
 
 // out = x · Wᵀ for a dense weight (batch must be 1).
 void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out,

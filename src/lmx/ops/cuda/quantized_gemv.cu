@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 #include <mutex>
 #include <set>
@@ -133,6 +132,17 @@ void decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr) 
     decode_rows<F, 4>(p, stream);
 }
 
+// Whether a plain projection takes two 16-row tiles per warp although it is not very tall: at least 4096 rows
+// of 4096-8192 columns (31B's q/k/v and o projections). Measured on the H200 (docs/benchmarks.md,
+// twenty-sixth pass): in isolation 16384 x 5376 went from 48.6 to 61.4 % of read bandwidth and 5376 x 8192
+// from 41.3 to 49.0 %, while the long rows of 31B's down projection lost (5376 x 21504: 52.8 to 49.3 %); two
+// tiles for every shape lost 1-3 % on E2B, E4B and 26B-A4B (eleventh pass), whose projections this rule
+// leaves alone. LMX_Q4_WIDE_TILES=0 turns the rule off (A/B runs).
+bool q4_wide_tiles(const Problem& p) {
+  static const bool enabled = env_integer("LMX_Q4_WIDE_TILES", 1, 0, 1) != 0;
+  return enabled && p.n >= 4096 && p.k >= 4096 && p.k <= 8192;
+}
+
 // An A/B override from the environment (env_integer): one of `allowed`, or 0 when unset.
 int forced_choice(const char* name, std::initializer_list<int> allowed) {
   const int64_t v = env_integer(name, -1, 1, std::max(allowed));  // -1: unset
@@ -155,26 +165,10 @@ int q4_window_shift(int rows, int blocks) {
   return shift;
 }
 
-// Whether a plain projection takes two 16-row tiles per warp although it is not very tall: at least 4096 rows
-// of 4096-8192 columns (31B's q/k/v and o projections). Measured on the H200 (docs/benchmarks.md,
-// twenty-sixth pass): in isolation 16384 x 5376 went from 48.6 to 61.4 % of read bandwidth and 5376 x 8192
-// from 41.3 to 49.0 %, while the long rows of 31B's down projection lost (5376 x 21504: 52.8 to 49.3 %); two
-// tiles for every shape lost 1-3 % on E2B, E4B and 26B-A4B (eleventh pass), whose projections this rule
-// leaves alone. LMX_Q4_WIDE_TILES=0 turns the rule off (A/B runs).
-namespace {
-bool q4_wide_tiles(const Problem& p) {
-  static const bool enabled = env_integer("LMX_Q4_WIDE_TILES", 1, 0, 1) != 0;
-  return enabled && p.n >= 4096 && p.k >= 4096 && p.k <= 8192;
-}
-}  // namespace
-
 Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
   // LMX_Q4_SHAPE_PLAN (linear.h): one shape's plan, for single projections only.
-  static const std::vector<Q4PlanOverride> shape_plans = [] {
-    const char* v = std::getenv("LMX_Q4_SHAPE_PLAN");
-    return parse_q4_plan_overrides(v != nullptr ? v : "");
-  }();
+  static const std::vector<Q4PlanOverride> shape_plans = q4_plan_overrides_from_env();
   static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
   static const int forced_split = forced_choice("LMX_Q4_SPLIT", {1, 2});
   Q4PlanOverride shape;  // (zeros: the rules below choose)

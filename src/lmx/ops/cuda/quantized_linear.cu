@@ -95,6 +95,11 @@ std::vector<Q4PlanOverride> parse_q4_plan_overrides(std::string_view text) {
   return out;
 }
 
+std::vector<Q4PlanOverride> q4_plan_overrides_from_env() {
+  const char* v = std::getenv("LMX_Q4_SHAPE_PLAN");
+  return parse_q4_plan_overrides(v != nullptr ? v : "");
+}
+
 std::vector<SegmentOverride> segment_overrides_from_env(const char* knob) {
   const char* v = std::getenv(knob);
   return parse_segment_overrides(v != nullptr ? v : "", knob);
