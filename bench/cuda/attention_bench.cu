@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -135,17 +136,38 @@ void bench_prefill(const Shape& s, int tokens, int window = 0) {
 }  // namespace
 
 // Usage: bench_cuda_attention [decode|prefill]   (default: both)
+//        bench_cuda_attention prefill HEADS KV_HEADS DIM TOKENS [WINDOW]   (one prefill shape, e.g. for ncu)
 int main(int argc, char** argv) {
   if (lmx::cuda::device_count() == 0) {
     fmt::print("no CUDA device\n");
     return 0;
   }
   const std::string only = argc > 1 ? argv[1] : "";
-  if (!only.empty() && only != "decode" && only != "prefill") {
-    fmt::print(stderr, "usage: bench_cuda_attention [decode|prefill]\n");
+  const bool one_shape = only == "prefill" && (argc == 6 || argc == 7);
+  if ((!only.empty() && only != "decode" && only != "prefill") || (argc > 2 && !one_shape)) {
+    fmt::print(stderr,
+               "usage: bench_cuda_attention [decode|prefill]\n"
+               "       bench_cuda_attention prefill HEADS KV_HEADS DIM TOKENS [WINDOW]\n");
     return 2;
   }
   fmt::print("{}\n", lmx::cuda::device_description(0));
+  if (one_shape) {
+    int v[5] = {0, 0, 0, 0, 0};
+    for (int i = 2; i < argc; ++i) {
+      v[i - 2] = std::atoi(argv[i]);
+      if (v[i - 2] < (i == 6 ? 0 : 1) || v[i - 2] > 1 << 20) {
+        fmt::print(stderr, "bench_cuda_attention: bad number '{}'\n", argv[i]);
+        return 2;
+      }
+    }
+    if (v[0] % v[1] != 0) {
+      fmt::print(stderr, "bench_cuda_attention: heads {} not a multiple of kv heads {}\n", v[0], v[1]);
+      return 2;
+    }
+    bench_prefill({v[0], v[1], v[2]}, v[3], v[4]);
+    LMX_CUDA_CHECK(cudaDeviceSynchronize());
+    return 0;
+  }
   const Shape shapes[] = {{8, 1, 256}, {16, 8, 256}, {32, 4, 512}, {32, 8, 128}};
   if (only != "prefill")
     for (const Shape& s : shapes)

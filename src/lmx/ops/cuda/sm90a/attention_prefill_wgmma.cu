@@ -22,7 +22,8 @@
 //    columns, so the chunk state never holds more than 32 floats per thread; l = P·1 is 4 wgmma m64n8k16
 //    against a shared tile of ones.
 // K of tile t + 1 is copied while tile t's softmax and P·V run, V of tile t + 1 while tile t + 1's S runs
-// (one buffer each, as the mma.sync kernel). Tier 256: ~100 KB of shared memory and 254 registers per thread,
+// (one buffer each, as the mma.sync kernel); an item's Q is loaded while its first K and V tiles are in
+// flight, and tiles that every row of a warp sees whole skip the mask. Tier 256: ~100 KB of shared memory and 254 registers per thread,
 // two blocks per SM, which overlap each other's waits; tier 512: ~196 KB, one block per SM. Measured on the
 // H200: docs/benchmarks.md, eighteenth pass.
 #include "lmx/ops/cuda/attention_kernels.cuh"
@@ -143,19 +144,39 @@ __device__ __forceinline__ void load_tile_swizzled(uint32_t dst, const uint16_t*
   }
 }
 
-// The item's rows (write_row_info) into shared memory and Q (bf16, zero-padded) into the swizzled layout.
+// The item's rows (write_row_info) into shared memory; published by a block barrier.
 template <int kDims>
-__device__ __forceinline__ void setup_item(const Params& p, char* smem, int t0, int ntok, int kvh, int hb) {
-  using C = WgCfg<kDims>;
-  int4* info = reinterpret_cast<int4*>(smem + C::kRowInfo);
-  write_row_info(p, info, kRows, t0, ntok, kvh, hb);
+__device__ __forceinline__ void setup_rows(const Params& p, char* smem, int t0, int ntok, int kvh, int hb) {
+  write_row_info(p, reinterpret_cast<int4*>(smem + WgCfg<kDims>::kRowInfo), kRows, t0, ntok, kvh, hb);
   __syncthreads();
+}
+
+// The item's Q (bf16, zero-padded) into the swizzled layout. Each thread has 32 float4 loads; they are issued
+// kBatch at a time before any is converted (one load per round trip — the loop as written — was ~15-20 % of
+// the kernel's stall samples at 26B-A4B's shapes: ncu, twenty-seventh pass).
+template <int kDims>
+__device__ __forceinline__ void load_q_swizzled(const Params& p, char* smem) {
+  using C = WgCfg<kDims>;
+  const int4* info = reinterpret_cast<const int4*>(smem + C::kRowInfo);
   constexpr int kQuads = kDims / 4;
-  for (int i = static_cast<int>(threadIdx.x); i < kRows * kQuads; i += C::kThreads) {
-    const int r = i / kQuads, c = (i % kQuads) * 4;
-    const float4 x = load_q_quad(p, info[r], c);
-    *reinterpret_cast<uint2*>(smem + C::kQ + swizzled_offset(kRows, r, c)) =
-        make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+  constexpr int kPerThread = kRows * kQuads / C::kThreads;
+  constexpr int kBatch = 16;
+  static_assert(kPerThread % kBatch == 0);
+#pragma unroll 1
+  for (int b = 0; b < kPerThread; b += kBatch) {
+    float4 x[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + (b + j) * C::kThreads;
+      x[j] = load_q_quad(p, info[i / kQuads], (i % kQuads) * 4);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + (b + j) * C::kThreads;
+      const int r = i / kQuads, c = (i % kQuads) * 4;
+      *reinterpret_cast<uint2*>(smem + C::kQ + swizzled_offset(kRows, r, c)) =
+          make_uint2(pack_bf16x2(x[j].x, x[j].y), pack_bf16x2(x[j].z, x[j].w));
+    }
   }
   fence_proxy_async();  // Q is read by wgmma (published by the first tile's barrier)
 }
@@ -189,7 +210,7 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
   PrefillItem it;
   while (take_prefill_item(p, s_item, it)) {
     const int t0 = it.t0, kvh = it.kvh;
-    setup_item<kDims>(p, smem, t0, it.ntok, kvh, it.hb);
+    setup_rows<kDims>(p, smem, t0, it.ntok, kvh, it.hb);
     const int2 span = item_key_span(info, kRows);
     const int blo = span.x, bhi = span.y;
     const int lo[2] = {info[row0].z, info[row0 + 8].z};
@@ -212,6 +233,7 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
       load_tile_swizzled<kDims>(base + C::kV, vbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo,
                                 bhi);
       cp_async_commit();
+      load_q_swizzled<kDims>(p, smem);  // while the first K and V tiles are in flight
       for (int tile = tile_lo; tile < tile_hi; ++tile) {
         const bool more = tile + 1 < tile_hi;
         const int key0 = tile * kTileKeys;
@@ -235,15 +257,26 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
         wgmma_wait<0>();
         fence_registers(s);
 
-        // Scale to log2 units, mask, row max (the quad holds the row's 64 keys).
+        // Scale to log2 units, mask, row max (the quad holds the row's 64 keys). A tile that every row of the
+        // warp sees whole needs no mask (the same values).
         float mx[2] = {-INFINITY, -INFINITY};
+        const bool whole = __all_sync(0xffffffffu, key0 >= max(lo[0], lo[1]) &&
+                                                       key0 + kTileKeys <= min(hi[0], hi[1]));
+        if (whole) {
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const int key = key0 + 8 * (i >> 2) + 2 * q4 + (i & 1), r = (i >> 1) & 1;
-          const bool vis = key >= lo[r] && key < hi[r];
-          const float scaled = __fmul_rn(s[i], p.scale_log2);
-          s[i] = vis ? scaled : -INFINITY;
-          mx[r] = fmaxf(mx[r], s[i]);
+          for (int i = 0; i < 32; ++i) {
+            s[i] = __fmul_rn(s[i], p.scale_log2);
+            mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < 32; ++i) {
+            const int key = key0 + 8 * (i >> 2) + 2 * q4 + (i & 1), r = (i >> 1) & 1;
+            const bool vis = key >= lo[r] && key < hi[r];
+            const float scaled = __fmul_rn(s[i], p.scale_log2);
+            s[i] = vis ? scaled : -INFINITY;
+            mx[r] = fmaxf(mx[r], s[i]);
+          }
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
