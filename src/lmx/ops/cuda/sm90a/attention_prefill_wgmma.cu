@@ -8,13 +8,14 @@
 //
 // What differs is the issue. An item is 64 query rows (the mma.sync kernel's 32 rows use 8 warps); a warpgroup
 // (4 warps, 128 threads) owns 256 of its output columns: a block is one warpgroup for tier 256, two for tier
-// 512, which then both compute the item's whole S (the S chain over head_dim cannot be split without changing
-// its bits: a third more tensor work than necessary) and P·V for their own 256 columns. Q (converted to bf16
+// 512, which then each compute S for half of the tile's keys (m64n32k16: an element's chain over head_dim is
+// the same), exchange their row maxima and P fragments through shared memory, and compute P·V for their own
+// 256 columns from the whole P (each used to compute the whole S: 6-7 % slower). Q (converted to bf16
 // once per item), each K tile and each V tile sit in shared memory in wgmma's 128-byte swizzled layout,
 // written by cp.async (K, V) and plain stores (Q, fenced to the async proxy):
-//  - S = Q·Kᵀ is head_dim / 16 wgmma m64n64k16 with both operands read by the tensor cores from shared memory
-//    (K-major), so no warp loads Q or K fragments, and warp w holds full rows 16 w + g and 16 w + g + 8 of S:
-//    the row maxima need no exchange between warps and P never goes through shared memory;
+//  - S = Q·Kᵀ is head_dim / 16 wgmma m64n64k16 (tier 512: m64n32k16) with both operands read by the tensor
+//    cores from shared memory (K-major), so no warp loads Q or K fragments, and warp w holds full rows
+//    16 w + g and 16 w + g + 8 of its S: the row maxima need no exchange between the warps of a warpgroup;
 //  - P (bf16, from the S accumulators: the fragment layouts match) is the register A operand of P·V, whose
 //    B operand is the V tile as stored (keys x dims, dims contiguous: MN-major, wgmma's transposed B);
 //  - the chunk's P·V is computed 64 output columns at a time (4 wgmma m64n64k16 per 64 columns) and folded
@@ -23,9 +24,9 @@
 //    against a shared tile of ones.
 // K of tile t + 1 is copied while tile t's softmax and P·V run, V of tile t + 1 while tile t + 1's S runs
 // (one buffer each, as the mma.sync kernel); an item's Q is loaded while its first K and V tiles are in
-// flight, and tiles that every row of a warp sees whole skip the mask. Tier 256: ~100 KB of shared memory and 254 registers per thread,
-// two blocks per SM, which overlap each other's waits; tier 512: ~196 KB, one block per SM. Measured on the
-// H200: docs/benchmarks.md, eighteenth pass.
+// flight, and tiles that every row of a warp sees whole skip the mask. Tier 256: ~100 KB of shared memory and
+// 220 registers per thread, two blocks per SM, which overlap each other's waits; tier 512: ~205 KB, one block
+// per SM. Measured on the H200: docs/benchmarks.md, eighteenth and twenty-seventh passes.
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/sm90a/wgmma.cuh"
@@ -57,7 +58,13 @@ struct WgCfg {
   static constexpr int kOnes = kV + kOperandBytes;  // 8 rows x 128 bytes of bf16 1.0: l's B operand
   static constexpr int kRowInfo = kOnes + 1024;     // int4 per row: token (-1: padding), head, lo, hi
   static constexpr int kItemSlot = kRowInfo + kRows * 16;
-  static constexpr int kSmemBytes = kItemSlot + 16 + 1024;  // + slack to align the base
+  // Two warpgroups split S's keys (kSKeys each) and exchange row maxima (float per group and row) and P (the
+  // 2 k16 steps' A fragments: 8 words per group and thread, word w of thread t at w * 128 + t).
+  static constexpr int kSKeys = kTileKeys / kGroups;
+  static constexpr int kXMax = kItemSlot + 16;
+  static constexpr int kXP = kXMax + (kGroups == 2 ? 2 * kRows * 4 : 0);
+  static constexpr int kSmemBytes = kXP + (kGroups == 2 ? 2 * 8 * 128 * 4 : 0) + 1024;  // + slack to align
+
   static_assert(kSmemBytes <= 227 * 1024);
 };
 
@@ -87,6 +94,19 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t a, u
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
         "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
         "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(1), "n"(kStep)
+      : "memory");
+}
+// S[64 x 32] += A[64 x 16] · B[32 x 16]ᵀ (wgmma m64n32k16), as above: d[4 nt + i], nt < 4.
+template <int kStep>
+__device__ __forceinline__ void wgmma_ss_m64n32k16(float (&d)[16], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %18, 0;\n"
+      "add.s64 da, %16, %19;\nadd.s64 db, %17, %19;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15}, da, db, p, 1, 1, 0, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "l"(a), "l"(b), "r"(1), "n"(kStep)
       : "memory");
 }
@@ -241,37 +261,45 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
         fence_proxy_async();
         __syncthreads();  // everyone's K (and Q) visible to wgmma
 
-        // S = Q Kᵀ, chained over head_dim in k16 steps (block kk / 4, 32 bytes per step into its rows).
-        float s[32];
+        // S = Q Kᵀ, chained over head_dim in k16 steps (block kk / 4, 32 bytes per step into its rows); with
+        // two warpgroups each computes the S of its half of the tile's keys (rows kSKeys group .. of K).
+        constexpr int kSKeys = C::kSKeys, kSAcc = kSKeys / 2;
+        const int sgroup = C::kGroups == 1 ? 0 : group;  // (a literal 0 keeps tier 256's descriptors uniform)
+        float s[kSAcc];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) s[i] = zero;
+        for (int i = 0; i < kSAcc; ++i) s[i] = zero;
         wgmma_fence();
         {
-          const uint64_t dq = kmajor_descriptor(base + C::kQ), dk = kmajor_descriptor(base + C::kK);
+          const uint64_t dq = kmajor_descriptor(base + C::kQ),
+                         dk = kmajor_descriptor(base + C::kK + sgroup * kSKeys * 128);
           static_for<kDims / 16>([&](auto kk) {
             constexpr uint32_t kOff = (kk >> 2) * (kRows * 128) + (kk & 3) * 32;
-            wgmma_ss_m64n64k16<kOff / 16>(s, dq, dk);
+            if constexpr (kSKeys == 64)
+              wgmma_ss_m64n64k16<kOff / 16>(s, dq, dk);
+            else
+              wgmma_ss_m64n32k16<kOff / 16>(s, dq, dk);
           });
         }
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(s);
 
-        // Scale to log2 units, mask, row max (the quad holds the row's 64 keys). A tile that every row of the
-        // warp sees whole needs no mask (the same values).
+        // Scale to log2 units, mask, row max (the quad holds the row's keys). Keys that every row of the
+        // warp sees need no mask (the same values).
+        const int skey0 = key0 + sgroup * kSKeys;
         float mx[2] = {-INFINITY, -INFINITY};
-        const bool whole = __all_sync(0xffffffffu, key0 >= max(lo[0], lo[1]) &&
-                                                       key0 + kTileKeys <= min(hi[0], hi[1]));
+        const bool whole = __all_sync(0xffffffffu, skey0 >= max(lo[0], lo[1]) &&
+                                                       skey0 + kSKeys <= min(hi[0], hi[1]));
         if (whole) {
 #pragma unroll
-          for (int i = 0; i < 32; ++i) {
+          for (int i = 0; i < kSAcc; ++i) {
             s[i] = __fmul_rn(s[i], p.scale_log2);
             mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
           }
         } else {
 #pragma unroll
-          for (int i = 0; i < 32; ++i) {
-            const int key = key0 + 8 * (i >> 2) + 2 * q4 + (i & 1), r = (i >> 1) & 1;
+          for (int i = 0; i < kSAcc; ++i) {
+            const int key = skey0 + 8 * (i >> 2) + 2 * q4 + (i & 1), r = (i >> 1) & 1;
             const bool vis = key >= lo[r] && key < hi[r];
             const float scaled = __fmul_rn(s[i], p.scale_log2);
             s[i] = vis ? scaled : -INFINITY;
@@ -283,19 +311,50 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
           mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
           mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
         }
-        // The chunk's p = ex2(s - m) in bf16 as the A fragments of its 4 k16 steps of keys.
-        const float mu[2] = {mx[0] == -INFINITY ? 0.0f : mx[0], mx[1] == -INFINITY ? 0.0f : mx[1]};
-        uint32_t pa[4][4];
+        float* xmax = reinterpret_cast<float*>(smem + C::kXMax);  // [group][row]
+        if constexpr (C::kGroups == 2) {  // the whole row's max: the other half's through shared memory
+          if (q4 == 0) {
+            xmax[group * kRows + row0] = mx[0];
+            xmax[group * kRows + row0 + 8] = mx[1];
+          }
+          __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
+          for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], xmax[(1 - group) * kRows + row0 + 8 * r]);
+        }
+        // The chunk's p = ex2(s - m) in bf16 as the A fragments of its 4 k16 steps of keys (with two
+        // warpgroups, each computes its own 2 and takes the other's through shared memory).
+        const float mu[2] = {mx[0] == -INFINITY ? 0.0f : mx[0], mx[1] == -INFINITY ? 0.0f : mx[1]};
+        uint32_t own[kSKeys / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kSKeys / 16; ++kk)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const float* sn = s + 4 * (2 * kk + h);  // n8 block 2 kk + h: keys 16 kk + 8 h ..
-            pa[kk][2 * h] = pack_bf16x2(ex2(__fsub_rn(sn[0], mu[0])), ex2(__fsub_rn(sn[1], mu[0])));
-            pa[kk][2 * h + 1] = pack_bf16x2(ex2(__fsub_rn(sn[2], mu[1])), ex2(__fsub_rn(sn[3], mu[1])));
+            own[kk][2 * h] = pack_bf16x2(ex2(__fsub_rn(sn[0], mu[0])), ex2(__fsub_rn(sn[1], mu[0])));
+            own[kk][2 * h + 1] = pack_bf16x2(ex2(__fsub_rn(sn[2], mu[1])), ex2(__fsub_rn(sn[3], mu[1])));
           }
+        uint32_t pa[4][4];
+        if constexpr (C::kGroups == 1) {
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) pa[kk][j] = own[kk][j];
+          __syncthreads();  // every warp's S is done: K's buffer is free (issued after P: fewer live registers)
+        } else {
+          uint32_t* xp = reinterpret_cast<uint32_t*>(smem + C::kXP);
+          const int t = tid & 127;
+#pragma unroll
+          for (int w = 0; w < 8; ++w) xp[(group * 8 + w) * 128 + t] = own[w >> 2][w & 3];
+          __syncthreads();  // P exchanged, and every warp's S is done: K's buffer is free
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const uint32_t other = xp[((1 - group) * 8 + (kk & 1) * 4 + j) * 128 + t];
+              pa[kk][j] = (kk >> 1) == group ? own[kk & 1][j] : other;
+            }
+        }
 
-        __syncthreads();  // every warp's S is done: K's buffer is free (issued after P: fewer live registers)
         if (more)
           load_tile_swizzled<kDims>(base + C::kK, kbase, p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo,
                                     bhi);
