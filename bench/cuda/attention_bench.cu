@@ -14,7 +14,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <charconv>
+#include <cstring>
+#include <exception>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -138,10 +140,6 @@ void bench_prefill(const Shape& s, int tokens, int window = 0) {
 // Usage: bench_cuda_attention [decode|prefill]   (default: both)
 //        bench_cuda_attention prefill HEADS KV_HEADS DIM TOKENS [WINDOW]   (one prefill shape, e.g. for ncu)
 int main(int argc, char** argv) {
-  if (lmx::cuda::device_count() == 0) {
-    fmt::print("no CUDA device\n");
-    return 0;
-  }
   const std::string only = argc > 1 ? argv[1] : "";
   const bool one_shape = only == "prefill" && (argc == 6 || argc == 7);
   if ((!only.empty() && only != "decode" && only != "prefill") || (argc > 2 && !one_shape)) {
@@ -150,22 +148,32 @@ int main(int argc, char** argv) {
                "       bench_cuda_attention prefill HEADS KV_HEADS DIM TOKENS [WINDOW]\n");
     return 2;
   }
-  fmt::print("{}\n", lmx::cuda::device_description(0));
-  if (one_shape) {
-    int v[5] = {0, 0, 0, 0, 0};
-    for (int i = 2; i < argc; ++i) {
-      v[i - 2] = std::atoi(argv[i]);
-      if (v[i - 2] < (i == 6 ? 0 : 1) || v[i - 2] > 1 << 20) {
-        fmt::print(stderr, "bench_cuda_attention: bad number '{}'\n", argv[i]);
-        return 2;
-      }
-    }
-    if (v[0] % v[1] != 0) {
-      fmt::print(stderr, "bench_cuda_attention: heads {} not a multiple of kv heads {}\n", v[0], v[1]);
+  int v[5] = {0, 0, 0, 0, 0};  // heads, kv heads, dim, tokens, window
+  for (int i = 2; one_shape && i < argc; ++i) {
+    const char* end = argv[i] + std::strlen(argv[i]);
+    const auto [ptr, ec] = std::from_chars(argv[i], end, v[i - 2]);
+    if (ec != std::errc() || ptr != end || v[i - 2] < (i == 6 ? 0 : 1) || v[i - 2] > (1 << 20)) {
+      fmt::print(stderr, "bench_cuda_attention: '{}' is not a number in [{}, 2^20]\n", argv[i], i == 6 ? 0 : 1);
       return 2;
     }
-    bench_prefill({v[0], v[1], v[2]}, v[3], v[4]);
-    LMX_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  if (one_shape && v[0] % v[1] != 0) {
+    fmt::print(stderr, "bench_cuda_attention: heads {} not a multiple of kv heads {}\n", v[0], v[1]);
+    return 2;
+  }
+  if (lmx::cuda::device_count() == 0) {
+    fmt::print("no CUDA device\n");
+    return 0;
+  }
+  fmt::print("{}\n", lmx::cuda::device_description(0));
+  if (one_shape) {
+    try {
+      bench_prefill({v[0], v[1], v[2]}, v[3], v[4]);
+      LMX_CUDA_CHECK(cudaDeviceSynchronize());
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "bench_cuda_attention: {}\n", e.what());
+      return 1;
+    }
     return 0;
   }
   const Shape shapes[] = {{8, 1, 256}, {16, 8, 256}, {32, 4, 512}, {32, 8, 128}};
