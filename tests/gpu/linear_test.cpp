@@ -627,17 +627,20 @@ void expect_rejected(Parse parse, const std::string& knob, std::initializer_list
   }
 }
 
+// Each parsed entry's fields as one row, so a whole parse is compared at once.
+template <class Entry, class Row>
+std::vector<std::vector<int64_t>> fields(const std::vector<Entry>& parsed, Row row) {
+  std::vector<std::vector<int64_t>> rows;
+  for (const Entry& e : parsed) rows.push_back(row(e));
+  return rows;
+}
+
 // LMX_Q4_SEGMENTS's parser (no GPU needed).
 TEST(CudaKnobs, SegmentOverridesParseOrReject) {
   EXPECT_TRUE(cuda::parse_segment_overrides("").empty());
   const auto parsed = cuda::parse_segment_overrides("12288x1536=1,1536x6144=11,");
-  ASSERT_EQ(parsed.size(), 2u);
-  EXPECT_EQ(parsed[0].n, 12288);
-  EXPECT_EQ(parsed[0].k, 1536);
-  EXPECT_EQ(parsed[0].segments, 1);
-  EXPECT_EQ(parsed[1].n, 1536);
-  EXPECT_EQ(parsed[1].k, 6144);
-  EXPECT_EQ(parsed[1].segments, 11);
+  EXPECT_EQ(fields(parsed, [](const auto& o) { return std::vector<int64_t>{o.n, o.k, o.segments}; }),
+            (std::vector<std::vector<int64_t>>{{12288, 1536, 1}, {1536, 6144, 11}}));
   expect_rejected([](const char* text) { (void)cuda::parse_segment_overrides(text); }, "LMX_Q4_SEGMENTS",
                   {"12288x1536", "12288x1536=0", "12288x1536=17", "x1536=2", "12288*1536=2", "1x2=3,,4x5=6",
                    "1x2=3 ", "-1x2=3"});
@@ -648,19 +651,10 @@ TEST(CudaKnobs, SegmentOverridesParseOrReject) {
 TEST(CudaKnobs, ShapePlanOverridesParseOrReject) {
   EXPECT_TRUE(cuda::parse_q4_plan_overrides("").empty());
   const auto parsed = cuda::parse_q4_plan_overrides("1536x12288=4,2560x10240=2/2,16384x5376=0/1/2,");
-  ASSERT_EQ(parsed.size(), 3u);
-  EXPECT_EQ(parsed[0].n, 1536);
-  EXPECT_EQ(parsed[0].k, 12288);
-  EXPECT_EQ(parsed[0].stages, 4);
-  EXPECT_EQ(parsed[0].tiles, 0);
-  EXPECT_EQ(parsed[0].split, 0);
-  EXPECT_EQ(parsed[1].stages, 2);
-  EXPECT_EQ(parsed[1].tiles, 2);
-  EXPECT_EQ(parsed[1].split, 0);
-  EXPECT_EQ(parsed[2].n, 16384);
-  EXPECT_EQ(parsed[2].stages, 0);
-  EXPECT_EQ(parsed[2].tiles, 1);
-  EXPECT_EQ(parsed[2].split, 2);
+  EXPECT_EQ(fields(parsed,
+                   [](const auto& o) { return std::vector<int64_t>{o.n, o.k, o.stages, o.tiles, o.split}; }),
+            (std::vector<std::vector<int64_t>>{
+                {1536, 12288, 4, 0, 0}, {2560, 10240, 2, 2, 0}, {16384, 5376, 0, 1, 2}}));
   ::setenv("LMX_Q4_SHAPE_PLAN", "1536x12288=4/2", 1);
   const auto from_env = cuda::q4_plan_overrides_from_env();
   ::unsetenv("LMX_Q4_SHAPE_PLAN");
