@@ -311,8 +311,8 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
           mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
           mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
         }
-        float* xmax = reinterpret_cast<float*>(smem + C::kXMax);  // [group][row]
         if constexpr (C::kGroups == 2) {  // the whole row's max: the other half's through shared memory
+          float* xmax = reinterpret_cast<float*>(smem + C::kXMax);  // [group][row]
           if (q4 == 0) {
             xmax[group * kRows + row0] = mx[0];
             xmax[group * kRows + row0 + 8] = mx[1];
