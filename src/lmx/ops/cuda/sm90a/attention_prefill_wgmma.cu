@@ -217,7 +217,9 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
   int* s_item = reinterpret_cast<int*>(smem + C::kItemSlot);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, q4 = lane & 3;
-  const int group = warp >> 2;           // the warpgroup: output columns 256 group ..
+  // The warpgroup: output columns 256 group .. (a literal 0 for one warpgroup keeps the descriptors that depend
+  // on it uniform: no R2UR before each wgmma).
+  const int group = C::kGroups == 1 ? 0 : warp >> 2;
   const int row0 = 16 * (warp & 3) + g;  // the thread's rows: row0 and row0 + 8
   const int col0 = kGroupColumns * group;
   for (int i = tid; i < 256; i += C::kThreads) reinterpret_cast<uint32_t*>(smem + C::kOnes)[i] = kOnesBf16x2;
@@ -264,14 +266,13 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
         // S = Q Kᵀ, chained over head_dim in k16 steps (block kk / 4, 32 bytes per step into its rows); with
         // two warpgroups each computes the S of its half of the tile's keys (rows kSKeys group .. of K).
         constexpr int kSKeys = C::kSKeys, kSAcc = kSKeys / 2;
-        const int sgroup = C::kGroups == 1 ? 0 : group;  // (a literal 0 keeps tier 256's descriptors uniform)
         float s[kSAcc];
 #pragma unroll
         for (int i = 0; i < kSAcc; ++i) s[i] = zero;
         wgmma_fence();
         {
           const uint64_t dq = kmajor_descriptor(base + C::kQ),
-                         dk = kmajor_descriptor(base + C::kK + sgroup * kSKeys * 128);
+                         dk = kmajor_descriptor(base + C::kK + group * kSKeys * 128);
           static_for<kDims / 16>([&](auto kk) {
             constexpr uint32_t kOff = (kk >> 2) * (kRows * 128) + (kk & 3) * 32;
             if constexpr (kSKeys == 64)
@@ -286,7 +287,7 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
 
         // Scale to log2 units, mask, row max (the quad holds the row's keys). Keys that every row of the
         // warp sees need no mask (the same values).
-        const int skey0 = key0 + sgroup * kSKeys;
+        const int skey0 = key0 + group * kSKeys;
         float mx[2] = {-INFINITY, -INFINITY};
         const bool whole = __all_sync(0xffffffffu, skey0 >= max(lo[0], lo[1]) &&
                                                        skey0 + kSKeys <= min(hi[0], hi[1]));

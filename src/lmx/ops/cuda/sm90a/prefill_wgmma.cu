@@ -54,13 +54,21 @@ struct WgmmaConfig {
   static constexpr int kABytes = PrefillConfig<F>::kABytes;
   static constexpr int kBBytes = kN * 256;  // (a multiple of 1024: the swizzled halves stay aligned)
   static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kTotalBytes = kSplit ? kAcc * 256 * 4 : 0;  // segment totals, as the mma.sync kernel's
+  // A split's segment totals: in registers where they fit (a segment's end is then kAcc adds), else in shared
+  // memory as the mma.sync kernel's (kN = 160, whose grouped expert launches have at most 3 segments). In
+  // shared memory a flush is a read and a write of 64 KB per 128-row tile, ~1 us with the tensor cores idle
+  // (E4B's and 26B-A4B's dense projections have 8-16 segments of two chunks each: docs/benchmarks.md,
+  // twenty-eighth pass).
+  static constexpr bool kRegisterTotals = kSplit && kN <= 128;
+  static constexpr int kTotalBytes = kSplit && !kRegisterTotals ? kAcc * 256 * 4 : 0;
   static constexpr int kMaxSmem = 227 * 1024;
   static constexpr int kStages = 4 * kStageBytes + kTotalBytes + 2 * 4 * 8 <= kMaxSmem ? 4 : 3;
   static constexpr int kSmemBytes = kStages * kStageBytes + kTotalBytes + 2 * kStages * 8;  // + mbarriers
   static_assert(kSmemBytes <= kMaxSmem);
   static constexpr int kConsumers = 256;  // two warpgroups
-  static constexpr bool kProducerGroup = kN == kWideChunkRows;
+  // A producer warpgroup for the instances whose consumers need more registers than nine warps allow: 160 x
+  // rows, and 96 or 128 with the segment totals in registers (64 + 64 + the A fragments' 64).
+  static constexpr bool kProducerGroup = kN == kWideChunkRows || (kRegisterTotals && kN >= kNarrowTileRows);
   static constexpr int kThreads = kConsumers + (kProducerGroup ? 128 : 32);  // and the producer warp(group)
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
   static_assert(!kProducerGroup ||
@@ -292,7 +300,10 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
   float acc[C::kAcc];
 #pragma unroll
   for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
-  float* total = reinterpret_cast<float*>(smem + kStages * C::kStageBytes) + tid;  // [kAcc][256]
+  float* total = reinterpret_cast<float*>(smem + kStages * C::kStageBytes) + tid;  // [kAcc][256] (in smem)
+  float reg_total[C::kAcc];  // (in registers; unused, so no registers, with the totals in smem)
+#pragma unroll
+  for (int i = 0; i < C::kAcc; ++i) reg_total[i] = 0.0f;
 
   // Scales and biases of chunk j in buffer j % 2, loaded two chunks ahead (a chunk of asynchronous wgmmas
   // is much shorter than the mma.sync kernel's chunk, which hides the loads of one chunk ahead). They are
@@ -329,8 +340,12 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
   auto flush_segment = [&] {
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) {
-      float* slot = total + i * 256;
-      *slot = segment == 0 ? acc[i] : *slot + acc[i];
+      if constexpr (C::kRegisterTotals) {
+        reg_total[i] = segment == 0 ? acc[i] : reg_total[i] + acc[i];
+      } else {
+        float* slot = total + i * 256;
+        *slot = segment == 0 ? acc[i] : *slot + acc[i];
+      }
       acc[i] = 0.0f;
     }
     ++segment;
@@ -409,7 +424,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
     const int64_t token = tok_tile + nt * 8 + 2 * c;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float v = kSplit ? total[(4 * nt + i) * 256] : acc[4 * nt + i];
+      const float v = !kSplit ? acc[4 * nt + i] : C::kRegisterTotals ? reg_total[4 * nt + i] : total[(4 * nt + i) * 256];
       const int64_t tk = token + (i & 1);
       const int h = i >> 1;
       if (tk < m_end && row_ok[h]) p.out[tk * p.out_stride + rows[h]] = v;
