@@ -54,21 +54,28 @@ struct WgmmaConfig {
   static constexpr int kABytes = PrefillConfig<F>::kABytes;
   static constexpr int kBBytes = kN * 256;  // (a multiple of 1024: the swizzled halves stay aligned)
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // A split's segment totals: in registers where they fit (a segment's end is then kAcc adds), else in shared
-  // memory as the mma.sync kernel's (kN = 160, whose grouped expert launches have at most 3 segments). In
-  // shared memory a flush is a read and a write of 64 KB per 128-row tile, ~1 us with the tensor cores idle
-  // (E4B's and 26B-A4B's dense projections have 8-16 segments of two chunks each: docs/benchmarks.md,
-  // twenty-eighth pass).
-  static constexpr bool kRegisterTotals = kSplit && kN <= 128;
-  static constexpr int kTotalBytes = kSplit && !kRegisterTotals ? kAcc * 256 * 4 : 0;
+  // A split's segment totals: the first kRegisterTotals in registers (a segment's end is then that many adds),
+  // the others in shared memory. In shared memory a flush is a read and a write of 1 KB per total (~1 us per
+  // flush for the 64 totals of a 128-row tile, with the tensor cores idle; E4B's and 26B-A4B's dense projections
+  // have 8-16 segments of two chunks each: docs/benchmarks.md, twenty-eighth pass). All of them fit in registers
+  // for tiles of up to 128 x rows; the 160-row instance (the MoE's grouped launches, at most 3 segments) keeps
+  // kWideRegisterTotals of its 80 there (ptxas: 56 spill; all 80 spill even with 240 registers per consumer).
+#if defined(LMX_WIDE_REGISTER_TOTALS)
+  static constexpr int kWideRegisterTotals = LMX_WIDE_REGISTER_TOTALS;
+#else
+  static constexpr int kWideRegisterTotals = 48;
+#endif
+  static constexpr int kRegisterTotals = !kSplit ? 0 : kN <= 128 ? kAcc : kWideRegisterTotals;
+  static constexpr int kSmemTotals = kSplit ? kAcc - kRegisterTotals : 0;
+  static constexpr int kTotalBytes = kSmemTotals * 256 * 4;
   static constexpr int kMaxSmem = 227 * 1024;
   static constexpr int kStages = 4 * kStageBytes + kTotalBytes + 2 * 4 * 8 <= kMaxSmem ? 4 : 3;
   static constexpr int kSmemBytes = kStages * kStageBytes + kTotalBytes + 2 * kStages * 8;  // + mbarriers
   static_assert(kSmemBytes <= kMaxSmem);
   static constexpr int kConsumers = 256;  // two warpgroups
   // A producer warpgroup for the instances whose consumers need more registers than nine warps allow: 160 x
-  // rows, and 96 or 128 with the segment totals in registers (64 + 64 + the A fragments' 64).
-  static constexpr bool kProducerGroup = kN == kWideChunkRows || (kRegisterTotals && kN >= kNarrowTileRows);
+  // rows, and 96 or 128 with a split (all segment totals in registers: 64 + 64 + the A fragments' 64).
+  static constexpr bool kProducerGroup = kN == kWideChunkRows || (kRegisterTotals > 0 && kN >= kNarrowTileRows);
   static constexpr int kThreads = kConsumers + (kProducerGroup ? 128 : 32);  // and the producer warp(group)
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
   static_assert(!kProducerGroup ||
@@ -300,8 +307,10 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
   float acc[C::kAcc];
 #pragma unroll
   for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
-  float* total = reinterpret_cast<float*>(smem + kStages * C::kStageBytes) + tid;  // [kAcc][256] (in smem)
-  float reg_total[C::kAcc];  // (in registers; unused, so no registers, with the totals in smem)
+  // Segment totals (kSplit): total i in reg_total[i] for i < kRegisterTotals, else in shared memory at
+  // smem_total[(i - kRegisterTotals) * 256] (this thread's column of [kSmemTotals][256]).
+  float* smem_total = reinterpret_cast<float*>(smem + kStages * C::kStageBytes) + tid;
+  float reg_total[C::kAcc];  // (only the first kRegisterTotals are used, so only those take registers)
 #pragma unroll
   for (int i = 0; i < C::kAcc; ++i) reg_total[i] = 0.0f;
 
@@ -337,17 +346,19 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
   uint32_t a[2][8][4];  // A fragments of two chunks (buffer j % 2), 8 k steps each
 
   // The finished segment's sums (acc, its wgmmas complete) added to the total, in segment order; acc zeroed.
+  // (The first segment's are stored, not added: a shared-memory total is not read then.)
   auto flush_segment = [&] {
 #pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) {
-      if constexpr (C::kRegisterTotals) {
-        reg_total[i] = segment == 0 ? acc[i] : reg_total[i] + acc[i];
-      } else {
-        float* slot = total + i * 256;
-        *slot = segment == 0 ? acc[i] : *slot + acc[i];
-      }
-      acc[i] = 0.0f;
+    for (int i = 0; i < C::kRegisterTotals; ++i) reg_total[i] = segment == 0 ? acc[i] : reg_total[i] + acc[i];
+    if (segment == 0) {
+#pragma unroll
+      for (int i = C::kRegisterTotals; i < C::kAcc; ++i) smem_total[(i - C::kRegisterTotals) * 256] = acc[i];
+    } else {
+#pragma unroll
+      for (int i = C::kRegisterTotals; i < C::kAcc; ++i) smem_total[(i - C::kRegisterTotals) * 256] += acc[i];
     }
+#pragma unroll
+    for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
     ++segment;
     segment_end = segment_begin(segment + 1, p.segments, chunks);
   };
@@ -414,9 +425,16 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
   }
   if (j < chunks) run_chunk(j, std::integral_constant<int, 0>{});
   wgmma_wait<0>();
-  if constexpr (kSplit) {
-    flush_segment();  // the last segment
-  }
+  // Output i: the last segment's sums added to the total of the segments before it (a flush's addition, without
+  // writing a shared-memory total back).
+  auto result = [&](int i) {
+    if constexpr (!kSplit)
+      return acc[i];
+    else
+      return segment == 0                ? acc[i]
+             : i < C::kRegisterTotals ? reg_total[i] + acc[i]
+                                        : smem_total[(i - C::kRegisterTotals) * 256] + acc[i];
+  };
 
   // Store: rows g / g + 8 of the warp's 16 (weight rows), columns 8 nt + 2 c + (i % 2) (x rows).
 #pragma unroll
@@ -424,7 +442,7 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
     const int64_t token = tok_tile + nt * 8 + 2 * c;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float v = !kSplit ? acc[4 * nt + i] : C::kRegisterTotals ? reg_total[4 * nt + i] : total[(4 * nt + i) * 256];
+      const float v = result(4 * nt + i);
       const int64_t tk = token + (i & 1);
       const int h = i >> 1;
       if (tk < m_end && row_ok[h]) p.out[tk * p.out_stride + rows[h]] = v;
