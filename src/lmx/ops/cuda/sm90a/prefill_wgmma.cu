@@ -59,7 +59,8 @@ struct WgmmaConfig {
   // flush for the 64 totals of a 128-row tile, with the tensor cores idle; E4B's and 26B-A4B's dense projections
   // have 8-16 segments of two chunks each: docs/benchmarks.md, twenty-eighth pass). All of them fit in registers
   // for tiles of up to 128 x rows; the 160-row instance (the MoE's grouped launches, at most 3 segments) keeps
-  // kWideRegisterTotals of its 80 there (ptxas: 56 spill; all 80 spill even with 240 registers per consumer).
+  // kWideRegisterTotals of its 80 there (ptxas spills with 56, and with all 80 even at 240 registers per consumer;
+  // MoE dispatch at 2048 tokens: 32 → 680 us, 48 → 641 us). -DLMX_WIDE_REGISTER_TOTALS=N sets it (experiments).
 #if defined(LMX_WIDE_REGISTER_TOTALS)
   static constexpr int kWideRegisterTotals = LMX_WIDE_REGISTER_TOTALS;
 #else
