@@ -12,12 +12,13 @@
 // mma.sync's fragment layout — and the warpgroup issues one asynchronous m64n128k16 per k step, with B (the
 // prepared x) read by the tensor cores straight from shared memory in wgmma's 128-byte swizzled K-major
 // layout. A fragments are double-buffered across chunks: the warp dequantizes chunk j + 1 while chunk j's
-// wgmmas run. A ninth warp is the producer: one lane loads each chunk's stage with three TMA copies (the
-// weight rows' codes, and the two 64-column halves of the x tile, which TMA swizzles as wgmma reads them)
-// into a ring of kStages stages, and the copies complete on the stage's `full` mbarrier; each consumer warp
-// releases a stage on its `empty` mbarrier once its wgmmas that read it are done (two chunks later). No
-// block-wide barrier per chunk: a warp waits only for the data it reads (ncu, before TMA: 17 % of the stall
-// samples at the per-chunk __syncthreads, and each thread's share of 2560 16-byte copies per chunk).
+// wgmmas run. A ninth warp (or a third warpgroup: WgmmaConfig) is the producer: one lane loads each chunk's
+// stage with three TMA copies (the weight rows' codes, and the two 64-column halves of the x tile, which TMA
+// swizzles as wgmma reads them) into a ring of kStages stages, and the copies complete on the stage's `full`
+// mbarrier; each consumer warp releases a stage on its `empty` mbarrier once its wgmmas that read it are done
+// (two chunks later). No block-wide barrier per chunk: a warp waits only for the data it reads (ncu, before
+// TMA: 17 % of the stall samples at the per-chunk __syncthreads, and each thread's share of 2560 16-byte copies
+// per chunk).
 // A second instance has 32 x rows per tile (m64n32k16) for the MoE's grouped launches: it takes their chunks of
 // at most 32 rows, which the 128-row instance then skips (launch_prefill_wgmma).
 // Block-to-tile mapping (x-first or rows-first grid): prefill_tile, linear_tiles.cuh.
@@ -43,9 +44,9 @@ constexpr int kNarrowTileRows = 96;
 // whose waves 96-row tiles fill better (launch_prefill_wgmma): other columns per wgmma, the same per-column
 // chain (an output's bits do not depend on N).
 // The 160-row instance's 80 accumulators per thread do not fit under the register cap of nine warps (168: an
-// SM sub-partition holds three of them, 3 x 32 x 168 <= 16 384), so its producer is a warpgroup of four warps
-// (one issues the copies) that gives its registers to the consumers (setmaxnreg): 128 x 40 + 256 x 232 = the
-// 384 x 168 the block is launched with.
+// SM sub-partition holds three of them, 3 x 32 x 168 <= 16 384), nor do the 96- and 128-row instances' accumulators
+// with their segment totals, so there the producer is a warpgroup of four warps (one issues the copies) that gives
+// its registers to the consumers (setmaxnreg): 128 x 40 + 256 x 232 = the 384 x 168 the block is launched with.
 template <class F, bool kSplit, int kN>
 struct WgmmaConfig {
   static_assert(kN == 32 || kN == kNarrowTileRows || kN == 128 || kN == kWideChunkRows,
