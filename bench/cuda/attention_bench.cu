@@ -15,9 +15,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <exception>
-#include <cstdint>
 #include <numeric>
 #include <string>
 #include <vector>

@@ -61,12 +61,8 @@ struct WgmmaConfig {
   // have 8-16 segments of two chunks each: docs/benchmarks.md, twenty-eighth pass). All of them fit in registers
   // for tiles of up to 128 x rows; the 160-row instance (the MoE's grouped launches, at most 3 segments) keeps
   // kWideRegisterTotals of its 80 there (ptxas spills with 56, and with all 80 even at 240 registers per consumer;
-  // MoE dispatch at 2048 tokens: 32 → 680 us, 48 → 641 us). -DLMX_WIDE_REGISTER_TOTALS=N sets it (experiments).
-#if defined(LMX_WIDE_REGISTER_TOTALS)
-  static constexpr int kWideRegisterTotals = LMX_WIDE_REGISTER_TOTALS;
-#else
+  // MoE dispatch at 2048 tokens: 32 → 680 us, 48 → 641 us).
   static constexpr int kWideRegisterTotals = 48;
-#endif
   static constexpr int kRegisterTotals = !kSplit ? 0 : kN <= 128 ? kAcc : kWideRegisterTotals;
   static constexpr int kSmemTotals = kSplit ? kAcc - kRegisterTotals : 0;
   static constexpr int kTotalBytes = kSmemTotals * 256 * 4;
