@@ -101,9 +101,10 @@ TEST_P(CudaPagedModels, BlockSizeChangesNoBits) {
     results.push_back(last);
     // Sliding groups hold only the blocks their window reaches (on the device too).
     const KvLayout& layout = model->kv_cache().layout();
-    for (int g = 0; g < layout.num_groups(); ++g)
+    for (int g = 0; g < layout.num_groups(); ++g) {
       if (layout.group(g).window > 0)
         EXPECT_LE(model->kv_cache().pool().used_blocks(g), (layout.group(g).window - 1) / block + 2) << block;
+    }
   }
   EXPECT_EQ(test::max_abs_diff(results[0], results[1]), 0.0f);
   EXPECT_EQ(test::max_abs_diff(results[0], results[2]), 0.0f);

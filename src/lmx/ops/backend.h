@@ -110,7 +110,7 @@ class Backend {
   virtual Tensor upload(const Tensor& host) = 0;
   // Copies `bytes` of host memory into step buffer `slot` (a 1-D byte buffer of at least that size, at a
   // stable address as workspace()) and returns it, ordered before later ops; the host bytes may change
-  // once this returns.
+  // once this returns. Called once at the start of every step.
   virtual Tensor stage(int slot, std::span<const std::byte> host) = 0;
   // Copies src (contiguous) to host memory of src.nbytes(), waiting for every op before it.
   virtual void to_host(const Tensor& src, void* dst) = 0;

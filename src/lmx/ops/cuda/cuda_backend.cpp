@@ -188,6 +188,7 @@ class CudaBackend final : public Backend {
                                 DType::kF32);
   }
   Tensor stage(int slot, std::span<const std::byte> host) override {
+    on_side_ = false;  // a step starts on the main stream (even after one that failed on the side)
     Tensor t = workspace(slot, {static_cast<int64_t>(host.size())}, DType::kU8);
     if (host.empty()) return t;
     if (pinned_bytes_ < host.size()) {
