@@ -24,16 +24,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 PagedKvLayer StepView::kv_layer(int layer) const {
-  const KvCacheLayer& cache = kv_layout->layer(kv_layout->cache_layer_of(layer));
-  PagedKvLayer view;
-  view.tables = kv_tables[static_cast<size_t>(cache.group)];
-  view.k_offset = cache.k_offset;
-  view.v_offset = cache.v_offset;
-  view.kv_heads = cache.num_kv_heads;
-  view.head_dim = cache.head_dim;
-  view.dtype = cache.codec.element_dtype();
-  view.window = cache.window;
-  return view;
+  const int cache_layer = kv_layout->cache_layer_of(layer);
+  return kv_layout->view(cache_layer, kv_tables[static_cast<size_t>(kv_layout->layer(cache_layer).group)]);
 }
 
 // What one step runs: its rows, their KV rows and the shape of its staged inputs.
