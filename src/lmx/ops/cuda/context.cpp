@@ -2,6 +2,7 @@
 #include "lmx/ops/cuda/context.h"
 
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <fmt/format.h>
 
@@ -46,15 +47,7 @@ bool CudaContext::capturing() const {
   return status != cudaStreamCaptureStatusNone;
 }
 
-bool env_flag_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-bool pdl_enabled() {
-  static const bool enabled = env_flag_on("LMX_CUDA_PDL");
-  return enabled;
-}
+bool pdl_enabled() { return tuning().launch.pdl; }
 
 int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max) {
   const char* v = std::getenv(name);
