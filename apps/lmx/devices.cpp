@@ -47,7 +47,8 @@ nlohmann::ordered_json tuning_info() {
   nlohmann::ordered_json cuda_tables = nlohmann::ordered_json::object();
   for (const std::string& name : cuda::builtin_tuning_names()) {
     const cuda::CudaTuning builtin = cuda::builtin_tuning(name);
-    cuda_tables[name] = table_entry(cuda::tuning_json(cuda::apply_tuning(builtin, file)), cuda::tuning_json(builtin));
+    cuda_tables[name] =
+        table_entry(cuda::tuning_json(cuda::apply_tuning(builtin, file)), cuda::tuning_json(builtin));
     cuda_tables[name]["devices"] = nlohmann::ordered_json::array();
   }
   for (int i = 0; i < cuda::device_count(); ++i)
@@ -70,7 +71,8 @@ void load_tuning(const std::string& path) {
   const ops::TuningFile& file = ops::tuning_file();
   (void)ops::cpu::tuning();
 #ifdef LMX_HAS_CUDA
-  for (const std::string& name : cuda::builtin_tuning_names()) (void)cuda::apply_tuning(cuda::builtin_tuning(name), file);
+  for (const std::string& name : cuda::builtin_tuning_names())
+    (void)cuda::apply_tuning(cuda::builtin_tuning(name), file);
 #else
   (void)file;
 #endif
@@ -154,7 +156,8 @@ Verb add_info(CLI::App& app) {
             const auto& tuning = out["tuning"];
             std::printf("tuning       %s (lmx info --json prints the tables)\n",
                         tuning["source"].get<std::string>().c_str());
-            std::printf("  cpu        %s table; overridden: %s\n", tuning["cpu"]["builtin"].get<std::string>().c_str(),
+            std::printf("  cpu        %s table; overridden: %s\n",
+                        tuning["cpu"]["builtin"].get<std::string>().c_str(),
                         key_list(tuning["cpu"]["overridden"]).c_str());
             if (tuning.contains("cuda"))
               for (const auto& [name, entry] : tuning["cuda"].items())

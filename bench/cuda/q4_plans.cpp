@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
       const std::string shape = std::to_string(e.n) + "x" + std::to_string(e.k);
       const char* kind = e.geglu_output ? "GeGLU output" : e.gelu_input ? "GeGLU input" : "plain";
       const std::string plan = e.stages == 0 ? "generic"
-                                             : std::to_string(e.stages) + "/" + std::to_string(e.tiles) + "/" +
-                                                   std::to_string(e.split);
+                                             : std::to_string(e.stages) + "/" + std::to_string(e.tiles) +
+                                                   "/" + std::to_string(e.split);
       std::printf("%-14s %-14s %5d  %-8s %8d %9d %7lld %9lld\n", shape.c_str(), kind, e.pairs, plan.c_str(),
                   e.segments, e.max_segment_chunks, static_cast<long long>(e.blocks),
                   static_cast<long long>(entry.second));

@@ -183,12 +183,14 @@ TEST(Cli, TuningFileIsCheckedAndPrinted) {
   if (cuda) {
     for (const char* table : {"sm_90", "generic"}) {
       EXPECT_EQ(json["tuning"]["cuda"][table]["table"]["q4_gemv"]["stages"], 4) << table;
-      EXPECT_EQ(json["tuning"]["cuda"][table]["overridden"], nlohmann::json::array({"q4_gemv.stages"})) << table;
+      EXPECT_EQ(json["tuning"]["cuda"][table]["overridden"], nlohmann::json::array({"q4_gemv.stages"}))
+          << table;
     }
     RunResult rejected = run_lmx("--tuning " + test::shell_quote(bad_cuda) + " info");
     EXPECT_EQ(rejected.exit_code, 1);
-    EXPECT_NE(rejected.output.find("tuning file " + bad_cuda + ": cuda.q4_gemv.stages: 3 is not one of 0, 2, 4"),
-              std::string::npos)
+    EXPECT_NE(
+        rejected.output.find("tuning file " + bad_cuda + ": cuda.q4_gemv.stages: 3 is not one of 0, 2, 4"),
+        std::string::npos)
         << rejected.output;
   } else {
     EXPECT_FALSE(json["tuning"].contains("cuda"));
@@ -198,7 +200,8 @@ TEST(Cli, TuningFileIsCheckedAndPrinted) {
   EXPECT_NE(text.output.find("quantized.integer_kernels"), std::string::npos) << text.output;
 
   // A bad file stops every verb before it runs, naming the file and the key.
-  RunResult rejected = run_lmx("--tuning " + test::shell_quote(bad) + " generate --prompt-ids 2,105 --max-tokens 1");
+  RunResult rejected =
+      run_lmx("--tuning " + test::shell_quote(bad) + " generate --prompt-ids 2,105 --max-tokens 1");
   EXPECT_EQ(rejected.exit_code, 1);
   EXPECT_NE(rejected.output.find("tuning file " + bad + ": cpu.quantized.integer_kernel: unknown key"),
             std::string::npos)

@@ -482,8 +482,8 @@ TEST_F(CudaLinear, QuantizedLinearGegluMatchesItsTwoOps) {
     bool small = false;
     bool pair = false;  // DeviceQuantized::gate_up_pair, as the model uploads gate_up projections
   };
-  // E4B's gate/up (20480 x 2560), E2B's (12288 x 1536; its double-wide 24576 x 1536) with small scales, a half
-  // (4104) that is not a multiple of the 16-row tile with a ragged K, f16 and f32 scales; then what it
+  // E4B's gate/up (20480 x 2560), E2B's (12288 x 1536; its double-wide 24576 x 1536) with small scales, a
+  // half (4104) that is not a multiple of the 16-row tile with a ragged K, f16 and f32 scales; then what it
   // declines: I below q4_gemv.geglu_min_rows (26B-A4B's 4224 x 2816), 8 bits, an odd row count, M > 1.
   for (const Case& c : {Case{4, 20480, 2560, 1, true, DType::kBF16, false, true},
                         Case{4, 12288, 1536, 1, true, DType::kBF16, true, true},

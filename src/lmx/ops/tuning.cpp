@@ -43,13 +43,14 @@ TuningFile parse_tuning_file(const std::string& text, const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     throw InvalidArgument(fmt::format("tuning file {}: not JSON ({})", path, e.what()));
   }
-  LMX_REQUIRE(InvalidArgument, file.root.is_object(), "tuning file {}: expected an object {{\"cpu\": ..., \"cuda\": ...}}",
-              path);
+  LMX_REQUIRE(InvalidArgument, file.root.is_object(),
+              "tuning file {}: expected an object {{\"cpu\": ..., \"cuda\": ...}}", path);
   for (const auto& [key, value] : file.root.items()) {
-    LMX_REQUIRE(InvalidArgument, std::find(std::begin(kBackends), std::end(kBackends), key) != std::end(kBackends),
+    LMX_REQUIRE(InvalidArgument,
+                std::find(std::begin(kBackends), std::end(kBackends), key) != std::end(kBackends),
                 "tuning file {}: {}: unknown key (the sections are \"cpu\" and \"cuda\")", path, key);
-    LMX_REQUIRE(InvalidArgument, value.is_object(), "tuning file {}: {}: expected an object, got {}", path, key,
-                value.dump());
+    LMX_REQUIRE(InvalidArgument, value.is_object(), "tuning file {}: {}: expected an object, got {}", path,
+                key, value.dump());
   }
   return file;
 }
@@ -74,9 +75,10 @@ const TuningFile& tuning_file() {
   return *g_file;
 }
 
-// ---- TuningReader -------------------------------------------------------------------------------------------
+// ---- TuningReader -----------------------------------------------------------------------------------------
 
-TuningReader::TuningReader(const TuningJson* section, std::string file, std::string path) : file_(std::move(file)) {
+TuningReader::TuningReader(const TuningJson* section, std::string file, std::string path)
+    : file_(std::move(file)) {
   if (section != nullptr) frames_.push_back(Frame{section, std::move(path), {}});
 }
 
@@ -103,8 +105,8 @@ const TuningJson* TuningReader::enter(const char* name) {
 void TuningReader::enter_entry(const char* name, size_t index) {
   const TuningJson& entry = (*frames_.back().object)[name][index];
   const std::string path = fmt::format("{}.{}[{}]", frames_.back().path, name, index);
-  LMX_REQUIRE(InvalidArgument, entry.is_object(), "tuning file {}: {}: expected an object, got {}", file_, path,
-              entry.dump());
+  LMX_REQUIRE(InvalidArgument, entry.is_object(), "tuning file {}: {}: expected an object, got {}", file_,
+              path, entry.dump());
   frames_.push_back(Frame{&entry, path, {}});
 }
 
@@ -164,10 +166,11 @@ void TuningReader::one_of(const char* name, int& value, std::initializer_list<in
   value = static_cast<int>(n);
 }
 
-// ---- Differences --------------------------------------------------------------------------------------------
+// ---- Differences ------------------------------------------------------------------------------------------
 
 namespace {
-void differences(const TuningJson& a, const TuningJson& b, const std::string& path, std::vector<std::string>& out) {
+void differences(const TuningJson& a, const TuningJson& b, const std::string& path,
+                 std::vector<std::string>& out) {
   if (a.is_object() && b.is_object()) {
     for (const auto& [key, value] : a.items()) {
       const std::string sub = path.empty() ? key : path + "." + key;

@@ -58,10 +58,10 @@ std::string plan_text(const cuda::linear::Q4GemvPlan& plan) {
 
 // The golden file's lines as `table` chooses them (the file's grid, in its order).
 std::vector<std::string> plan_lines(const CudaTuning& table) {
-  const int64_t ns[] = {16, 40, 77, 300, 1000, 1536, 2048, 2560, 2816, 4096, 4224, 5376, 6144, 8192, 8480,
-                        10240, 12288, 16384, 16400, 20480, 21504, 24576, 43008, 262144};
-  const int64_t ks[] = {256, 512, 704, 1024, 1344, 1536, 2112, 2560, 2816, 4096, 4160, 5376, 6144, 8192,
-                        10240, 12288, 21504, 65536};
+  const int64_t ns[] = {16,   40,   77,   300,   1000,  1536,  2048,  2560,  2816,  4096,  4224,  5376,
+                        6144, 8192, 8480, 10240, 12288, 16384, 16400, 20480, 21504, 24576, 43008, 262144};
+  const int64_t ks[] = {256,  512,  704,  1024, 1344, 1536,  2112,  2560,  2816,
+                        4096, 4160, 5376, 6144, 8192, 10240, 12288, 21504, 65536};
   struct Variant {
     Q4Weight weight;
     const char* name;
@@ -92,8 +92,8 @@ std::vector<std::string> plan_lines(const CudaTuning& table) {
     }
   for (int64_t n : ns)
     for (int64_t k : ks) {
-      std::snprintf(buf, sizeof buf, "expert %lld %lld %d", static_cast<long long>(n), static_cast<long long>(k),
-                    cuda::moe::expert_segments(n, k, table.moe));
+      std::snprintf(buf, sizeof buf, "expert %lld %lld %d", static_cast<long long>(n),
+                    static_cast<long long>(k), cuda::moe::expert_segments(n, k, table.moe));
       lines.emplace_back(buf);
     }
   for (int64_t tokens : {1, 2, 7, 100, 2048, 8192, 100000})

@@ -44,8 +44,9 @@ TEST(CudaTuning, BuiltInTables) {
   EXPECT_EQ(sm90.attention.cluster_fold_slots, 16);
   EXPECT_EQ(sm90.moe.target_warps, 512);
   // The generic table differs only where sm_90a kernels run.
-  EXPECT_EQ(ops::tuning_differences(cuda::tuning_json(cuda::builtin_tuning("generic")), cuda::tuning_json(sm90)),
-            (std::vector<std::string>{"prefill.wgmma", "attention.prefill_wgmma"}));
+  EXPECT_EQ(
+      ops::tuning_differences(cuda::tuning_json(cuda::builtin_tuning("generic")), cuda::tuning_json(sm90)),
+      (std::vector<std::string>{"prefill.wgmma", "attention.prefill_wgmma"}));
 }
 
 TEST(CudaTuning, JsonIsAnOverrideSection) {
@@ -68,10 +69,11 @@ TEST(CudaTuning, JsonIsAnOverrideSection) {
   t.per_layer_input.cluster_blocks = 8;
   const ops::TuningJson changed = cuda::tuning_json(t);
   EXPECT_EQ(cuda::tuning_json(apply(changed.dump())), changed);
-  EXPECT_EQ(ops::tuning_differences(changed, json),
-            (std::vector<std::string>{"launch.pdl", "linear.q4_segments", "q4_gemv.shapes", "q4_gemv.wide_tiles.max_cols",
-                                      "prefill.rows_first", "attention.fused_inputs", "moe.segments",
-                                      "per_layer_input.cluster_blocks"}));
+  EXPECT_EQ(
+      ops::tuning_differences(changed, json),
+      (std::vector<std::string>{"launch.pdl", "linear.q4_segments", "q4_gemv.shapes",
+                                "q4_gemv.wide_tiles.max_cols", "prefill.rows_first", "attention.fused_inputs",
+                                "moe.segments", "per_layer_input.cluster_blocks"}));
 }
 
 TEST(CudaTuning, OverridesChangeOnlyTheirEntries) {
@@ -91,8 +93,8 @@ TEST(CudaTuning, OverridesChangeOnlyTheirEntries) {
   EXPECT_EQ(t.moe.pass_pairs, 4096);
   // The rest is the base table's.
   EXPECT_EQ(ops::tuning_differences(cuda::tuning_json(t), cuda::tuning_json(cuda::builtin_tuning("generic"))),
-            (std::vector<std::string>{"q4_gemv.stages", "q4_gemv.shapes", "prefill.narrow_tiles", "moe.segments",
-                                      "moe.pass_pairs"}));
+            (std::vector<std::string>{"q4_gemv.stages", "q4_gemv.shapes", "prefill.narrow_tiles",
+                                      "moe.segments", "moe.pass_pairs"}));
   // No section: the built-in table.
   EXPECT_EQ(cuda::tuning_json(cuda::apply_tuning(cuda::builtin_tuning("sm_90"), ops::TuningFile{})),
             cuda::tuning_json(cuda::builtin_tuning("sm_90")));
@@ -104,11 +106,13 @@ TEST(CudaTuning, BadSectionsAreRejectedNamingTheKey) {
   expect_invalid(R"({"q4_gemv": {"stages": 3}})", "cuda.q4_gemv.stages: 3 is not one of 0, 2, 4");
   expect_invalid(R"({"q4_gemv": {"window_lanes": 3}})", "cuda.q4_gemv.window_lanes: 3 is not one of");
   expect_invalid(R"({"q4_gemv": {"tiles": "2"}})", "cuda.q4_gemv.tiles: expected an integer");
-  expect_invalid(R"({"q4_gemv": {"wide_tiles": {"enabled": 1}}})", "cuda.q4_gemv.wide_tiles.enabled: expected true");
+  expect_invalid(R"({"q4_gemv": {"wide_tiles": {"enabled": 1}}})",
+                 "cuda.q4_gemv.wide_tiles.enabled: expected true");
   expect_invalid(R"({"q4_gemv": {"shapes": [{"n": 1, "k": 2, "split": 3}]}})",
                  "cuda.q4_gemv.shapes[0].split: 3 is not one of 0, 1, 2");
   expect_invalid(R"({"q4_gemv": {"shapes": [{"k": 2}]}})", "cuda.q4_gemv.shapes[0].n: missing");
-  expect_invalid(R"({"linear": {"q4_segments": [{"n": 1, "k": 2}]}})", "cuda.linear.q4_segments[0].segments: missing");
+  expect_invalid(R"({"linear": {"q4_segments": [{"n": 1, "k": 2}]}})",
+                 "cuda.linear.q4_segments[0].segments: missing");
   expect_invalid(R"({"linear": {"q4_segments": [{"n": 1, "k": 2, "segments": 17}]}})",
                  "cuda.linear.q4_segments[0].segments: 17 is outside [1, 16]");
   expect_invalid(R"({"linear": {"q4_segments": [{"n": 0, "k": 2, "segments": 1}]}})",
@@ -116,12 +120,15 @@ TEST(CudaTuning, BadSectionsAreRejectedNamingTheKey) {
   expect_invalid(R"({"moe": {"segments": [{"n": 1, "k": 2, "segments": 9}]}})",
                  "cuda.moe.segments[0].segments: 9 is outside [1, 8]");
   expect_invalid(R"({"moe": {"group_blocks": 9}})", "cuda.moe.group_blocks: 9 is outside [0, 8]");
-  expect_invalid(R"({"attention": {"cluster_fold_slots": 17}})", "cuda.attention.cluster_fold_slots: 17 is outside");
+  expect_invalid(R"({"attention": {"cluster_fold_slots": 17}})",
+                 "cuda.attention.cluster_fold_slots: 17 is outside");
   expect_invalid(R"({"attention": {"fused_inputs": "sometimes"}})",
                  "cuda.attention.fused_inputs: \"sometimes\" is not one of auto, never, always");
   expect_invalid(R"({"prefill": {"narrow_tile_cost": -1}})", "cuda.prefill.narrow_tile_cost: -1 is outside");
-  expect_invalid(R"({"per_layer_input": {"cluster_blocks": 4}})", "cuda.per_layer_input.cluster_blocks: 4 is not one of");
-  expect_invalid(R"({"per_layer_input": {"max_warps": 0}})", "cuda.per_layer_input.max_warps: 0 is outside [1, 16]");
+  expect_invalid(R"({"per_layer_input": {"cluster_blocks": 4}})",
+                 "cuda.per_layer_input.cluster_blocks: 4 is not one of");
+  expect_invalid(R"({"per_layer_input": {"max_warps": 0}})",
+                 "cuda.per_layer_input.max_warps: 0 is outside [1, 16]");
   expect_invalid(R"({"launch": []})", "cuda.launch: expected an object");
 }
 

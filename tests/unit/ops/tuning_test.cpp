@@ -14,7 +14,9 @@ namespace lmx {
 namespace {
 
 // The override file of `text`, named "t.json".
-ops::TuningFile file_of(const std::string& text) { return ops::parse_tuning_file(text, "t.json"); }
+ops::TuningFile file_of(const std::string& text) {
+  return ops::parse_tuning_file(text, "t.json");
+}
 
 // Whether `fn` throws InvalidArgument whose message holds every one of `parts`.
 template <class Fn>
@@ -60,7 +62,8 @@ TEST(CpuTuning, OverrideChangesTheTable) {
   EXPECT_FALSE(t.quantized.integer_kernels);
   // A table's JSON read back as a file gives the table.
   const ops::TuningJson json = ops::cpu::tuning_json(t);
-  const auto back = ops::cpu::apply_tuning(ops::cpu::builtin_tuning("AVX2"), file_of("{\"cpu\": " + json.dump() + "}"));
+  const auto back =
+      ops::cpu::apply_tuning(ops::cpu::builtin_tuning("AVX2"), file_of("{\"cpu\": " + json.dump() + "}"));
   EXPECT_EQ(ops::cpu::tuning_json(back), json);
   EXPECT_EQ(ops::tuning_differences(json, ops::cpu::tuning_json(ops::cpu::builtin_tuning("AVX2"))),
             std::vector<std::string>{"quantized.integer_kernels"});
@@ -75,7 +78,8 @@ TEST(CpuTuning, StrictReaderNamesFileAndKeyPath) {
                  {"t.json", "cpu.quantized.integer: unknown key"});
   expect_invalid([&] { apply(R"({"cpu": {"quantized": {"integer_kernels": 0}}})"); },
                  {"t.json", "cpu.quantized.integer_kernels: expected true or false"});
-  expect_invalid([&] { apply(R"({"cpu": {"quantized": true}})"); }, {"t.json", "cpu.quantized: expected an object"});
+  expect_invalid([&] { apply(R"({"cpu": {"quantized": true}})"); },
+                 {"t.json", "cpu.quantized: expected an object"});
 }
 
 TEST(TuningReader, NumbersChoicesAndListsAreChecked) {
@@ -111,7 +115,8 @@ TEST(TuningReader, NumbersChoicesAndListsAreChecked) {
     reader.finish();
     return t;
   };
-  const Table t = read(R"({"cuda": {"count": 10, "cost": 1, "ring": 4, "mode": "b", "entries": [{"n": 7}, {"n": 8, "size": 3}]}})");
+  const Table t = read(
+      R"({"cuda": {"count": 10, "cost": 1, "ring": 4, "mode": "b", "entries": [{"n": 7}, {"n": 8, "size": 3}]}})");
   EXPECT_EQ(t.count, 10);
   EXPECT_EQ(t.cost, 1.0);
   EXPECT_EQ(t.ring, 4);
@@ -123,7 +128,8 @@ TEST(TuningReader, NumbersChoicesAndListsAreChecked) {
   EXPECT_TRUE(read(R"({"cuda": {"entries": []}})").entries.empty());
   EXPECT_EQ(read("{}").count, 5);  // no section: the table unchanged
 
-  expect_invalid([&] { read(R"({"cuda": {"count": 11}})"); }, {"t.json", "cuda.count: 11 is outside [0, 10]"});
+  expect_invalid([&] { read(R"({"cuda": {"count": 11}})"); },
+                 {"t.json", "cuda.count: 11 is outside [0, 10]"});
   expect_invalid([&] { read(R"({"cuda": {"count": -1}})"); }, {"cuda.count: -1 is outside"});
   expect_invalid([&] { read(R"({"cuda": {"count": 18446744073709551615}})"); }, {"cuda.count", "outside"});
   expect_invalid([&] { read(R"({"cuda": {"count": 2.5}})"); }, {"cuda.count: expected an integer"});

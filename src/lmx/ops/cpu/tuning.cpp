@@ -15,7 +15,9 @@ void schema(Visitor& v, CpuTuning& t) {
 
 }  // namespace
 
-CpuTuning builtin_tuning(const std::string& /*simd_target*/) { return CpuTuning{}; }
+CpuTuning builtin_tuning(const std::string& /*simd_target*/) {
+  return CpuTuning{};
+}
 
 CpuTuning apply_tuning(CpuTuning table, const TuningFile& file) {
   TuningReader reader(file.section("cpu"), file.path, "cpu");

@@ -159,8 +159,8 @@ void set_decode_fields(attn::Params& p, const Plan& plan, float* partials) {
 
 // InputsFusion::kAuto takes the tuning table's attention.fused_inputs, whose rule fuses unless the split-KV
 // kernel would fold in clusters over more than attention.fused_inputs_max_cluster_blocks (64) blocks. Fused,
-// the kernel's blocks are launched early (PDL) while the q/k/v projection still runs, and clusters of up to 16
-// blocks, ~80 KB of shared memory each, that cover the GPU wait for whole GPCs to free up: 8 kv heads x 16
+// the kernel's blocks are launched early (PDL) while the q/k/v projection still runs, and clusters of up to
+// 16 blocks, ~80 KB of shared memory each, that cover the GPU wait for whole GPCs to free up: 8 kv heads x 16
 // slots = 128 blocks (26B-A4B's sliding layers) decoded 1.2-1.4 % slower fused everywhere, though 3.6 %
 // faster without PDL and 0.9 % faster without clusters; grids of 16 to 64 blocks (E2B, E4B, 26B-A4B's and
 // 31B's global layers) gain (docs/benchmarks.md, twenty-fourth pass). The same results either way.

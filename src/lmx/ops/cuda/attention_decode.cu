@@ -359,8 +359,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(Params p) {
   }
 }
 
-// Chunk slots up to which the work items' clusters fold their own chunk states (no combine kernel): the tuning
-// table's attention.cluster_fold_slots (0 = never; same bits either way), at most kFoldMaxSlots.
+// Chunk slots up to which the work items' clusters fold their own chunk states (no combine kernel): the
+// tuning table's attention.cluster_fold_slots (0 = never; same bits either way), at most kFoldMaxSlots.
 int fold_slot_limit() {
   return std::min(tuning().attention.cluster_fold_slots, kFoldMaxSlots);
 }

@@ -47,7 +47,9 @@ bool CudaContext::capturing() const {
   return status != cudaStreamCaptureStatusNone;
 }
 
-bool pdl_enabled() { return tuning().launch.pdl; }
+bool pdl_enabled() {
+  return tuning().launch.pdl;
+}
 
 int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max) {
   const char* v = std::getenv(name);

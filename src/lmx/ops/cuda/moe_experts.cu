@@ -19,8 +19,8 @@
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
-#include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear.h"
+#include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/moe_expert_mma.cuh"
 #include "lmx/ops/cuda/moe_experts.cuh"
 #include "lmx/ops/cuda/tuning.h"
@@ -312,8 +312,9 @@ int64_t moe_pass_tokens(int64_t tokens, int top_k, int64_t hidden, int64_t inter
 int64_t moe_pass_tokens(int64_t tokens, int top_k, int64_t hidden, int64_t inter, int64_t pass_pairs) {
   if (tokens <= 1) return std::max<int64_t>(tokens, 1);
   const int64_t pair_bytes = static_cast<int64_t>(sizeof(float)) * (2 * inter + hidden);
-  const int64_t pairs =
-      pass_pairs > 0 ? pass_pairs : std::clamp(kMoePassBytes / pair_bytes, kMoeMinPassPairs, kMoeMaxPassPairs);
+  const int64_t pairs = pass_pairs > 0
+                            ? pass_pairs
+                            : std::clamp(kMoePassBytes / pair_bytes, kMoeMinPassPairs, kMoeMaxPassPairs);
   const int64_t most = std::max<int64_t>(1, pairs / top_k);
   const int64_t passes = (tokens + most - 1) / most;
   return (tokens + passes - 1) / passes;  // equal passes (the last one at most passes - 1 tokens shorter)

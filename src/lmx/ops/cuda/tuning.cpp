@@ -3,6 +3,7 @@
 #include "lmx/ops/cuda/tuning.h"
 
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/device_memory.h"
 #include "lmx/ops/tuning.h"
 
 #include <array>
@@ -119,7 +120,9 @@ constexpr const char* kGeneric = "generic";
 
 }  // namespace
 
-std::vector<std::string> builtin_tuning_names() { return {kSm90, kGeneric}; }
+std::vector<std::string> builtin_tuning_names() {
+  return {kSm90, kGeneric};
+}
 
 CudaTuning builtin_tuning(const std::string& name) {
   LMX_REQUIRE(InvalidArgument, name == kSm90 || name == kGeneric,
@@ -133,7 +136,9 @@ CudaTuning builtin_tuning(const std::string& name) {
   return t;
 }
 
-const char* builtin_tuning_name(int major, int minor) { return major == 9 && minor == 0 ? kSm90 : kGeneric; }
+const char* builtin_tuning_name(int major, int minor) {
+  return major == 9 && minor == 0 ? kSm90 : kGeneric;
+}
 
 const char* device_tuning_name(int device) {
   int major = 0, minor = 0;
@@ -167,7 +172,21 @@ const CudaTuning& tuning_for_device(int device) {
   return *it->second;
 }
 
+namespace {
+// The table every visible device uses when they all have the same built-in table (the override file applies
+// to all alike), so that tuning() needs no device query; null when they differ or none is visible.
+const CudaTuning* uniform_table() {
+  const int count = device_count();
+  if (count == 0) return nullptr;
+  for (int d = 1; d < count; ++d)
+    if (std::string(device_tuning_name(d)) != device_tuning_name(0)) return nullptr;
+  return &tuning_for_device(0);
+}
+}  // namespace
+
 const CudaTuning& tuning() {
+  static const CudaTuning* const uniform = uniform_table();
+  if (uniform != nullptr) return *uniform;
   int device = 0;
   LMX_CUDA_CHECK(cudaGetDevice(&device));
   return tuning_for_device(device);
@@ -180,11 +199,13 @@ nlohmann::ordered_json tuning_json(const CudaTuning& table) {
   return writer.json();
 }
 
-int shape_segments(const std::vector<ShapeSegments>& entries, const char* key, int64_t n, int64_t k, int64_t most) {
+int shape_segments(const std::vector<ShapeSegments>& entries, const char* key, int64_t n, int64_t k,
+                   int64_t most) {
   for (const ShapeSegments& e : entries) {
     if (e.n != n || e.k != k) continue;
-    LMX_REQUIRE(InvalidArgument, e.segments <= most, "tuning ({}): {}: {}x{} allows at most {} segments, not {}",
-                ops::tuning_file().source(), key, n, k, most, e.segments);
+    LMX_REQUIRE(InvalidArgument, e.segments <= most,
+                "tuning ({}): {}: {}x{} allows at most {} segments, not {}", ops::tuning_file().source(), key,
+                n, k, most, e.segments);
     return e.segments;
   }
   return 0;

@@ -75,9 +75,9 @@ struct CudaTuning {
     std::vector<ShapePlan> shapes;
     // Two 16-row tiles per warp for matrices of more rows than this.
     int64_t tall_rows = 16384;
-    // ... and for matrices of at least min_rows rows of min_cols..max_cols columns, where enabled: measured on
-    // the H200, 16384 x 5376 went from 48.6 to 61.4 % of read bandwidth and 5376 x 8192 from 41.3 to 49.0 %,
-    // while 5376 x 21504 lost (52.8 to 49.3 %) and two tiles for every shape lost 1-3 % of decode.
+    // ... and for matrices of at least min_rows rows of min_cols..max_cols columns, where enabled. Measured
+    // on the H200: 16384 x 5376 went from 48.6 to 61.4 % of read bandwidth and 5376 x 8192 from 41.3 to
+    // 49.0 %, while 5376 x 21504 lost (52.8 to 49.3 %) and two tiles for every shape lost 1-3 % of decode.
     struct WideTiles {
       bool enabled = true;
       int64_t min_rows = 4096, min_cols = 4096, max_cols = 8192;
@@ -178,7 +178,8 @@ CudaTuning apply_tuning(CudaTuning table, const ops::TuningFile& file);
 // The table in use on `device`: its built-in table with the override file's section (ops::tuning_file()),
 // built on first use and fixed for the process. Thread-safe.
 const CudaTuning& tuning_for_device(int device);
-// The table of the current device: one cudaGetDevice and an array read after the first call.
+// The table of the current device. Cheap after the first call: a pointer read where every visible device
+// uses the same built-in table, else one cudaGetDevice and an array read.
 const CudaTuning& tuning();
 
 // The table as JSON in the override section's form (lmx info --json).
@@ -186,6 +187,7 @@ nlohmann::ordered_json tuning_json(const CudaTuning& table);
 
 // Where a projection of shape [n, k] has its segments set by `entries` (a table list named `key`, e.g.
 // "cuda.linear.q4_segments"): those, else 0. InvalidArgument naming the key when they exceed `most`.
-int shape_segments(const std::vector<ShapeSegments>& entries, const char* key, int64_t n, int64_t k, int64_t most);
+int shape_segments(const std::vector<ShapeSegments>& entries, const char* key, int64_t n, int64_t k,
+                   int64_t most);
 
 }  // namespace lmx::cuda

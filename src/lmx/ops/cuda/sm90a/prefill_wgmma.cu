@@ -564,7 +564,8 @@ int64_t prefill_short_tiles(const Problem& p, int64_t grid_x, int64_t sms, const
 // tokens +5.7 % but 26B-A4B -1.2 %, whose dense MLP runs beside the routing stream, so more blocks may take
 // SMs from it (not profiled). Same per-column chains, so the same bits. rules.narrow_tiles kAlways takes
 // 96-row tiles for every plain launch of more than one tile.
-int64_t prefill_narrow_tiles(const Problem& p, int64_t grid_x, int64_t sms, const CudaTuning::Prefill& rules) {
+int64_t prefill_narrow_tiles(const Problem& p, int64_t grid_x, int64_t sms,
+                             const CudaTuning::Prefill& rules) {
   if (rules.narrow_tiles == Choice::kNever || grid_x < 2) return 0;
   const int64_t tiles = (p.m + kNarrowTileRows - 1) / kNarrowTileRows,
                 row_tiles = (p.n + kTileN - 1) / kTileN;
