@@ -86,7 +86,8 @@ void write_out(const std::string& text) {
 }
 
 struct ChatOptions {
-  std::string model, system, device;
+  std::string model, system;
+    ModelFlags flags;
   float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
   int top_k = 0, max_tokens = 512, threads = 0;
   uint64_t seed = 0;
@@ -107,11 +108,11 @@ class Chat {
         tokenizer_(Tokenizer::load(dir)),
         template_(require_template(tokenizer_, dir)),
         sampler_(sampling_params(options, dir)),
-        model_(load_language_model(dir, options.device)),
+        model_(load_language_model(dir, options.flags)),
         session_(*model_, kPrefillChunkTokens) {
     // Stop at every end token the model directory names (Gemma 4: <eos> and <turn|>).
     stop_ids_ = load_generation_config(dir).eos_token_ids;
-    if (model_->config().eos_token_id) stop_ids_.push_back(*model_->config().eos_token_id);
+    for (int id : model_->description().eos_token_ids) stop_ids_.push_back(id);
     if (tokenizer_.eos_id()) stop_ids_.push_back(*tokenizer_.eos_id());
     std::sort(stop_ids_.begin(), stop_ids_.end());
     stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
@@ -227,9 +228,9 @@ class Chat {
     const double decode_rate = r.tokens.size() > 1 && r.decode_seconds > 0
                                    ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds
                                    : 0;
-    std::fprintf(stderr, "[prompt %lld tokens, %lld reused, %.1f tok/s; answer %zu tokens, %.1f tok/s; %s]\n",
+    std::fprintf(stderr, "[prompt %lld tokens, %lld reused, %.1f tok/s; answer %zu tokens, %.1f tok/s; %s; KV %s]\n",
                  static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.reused_tokens),
-                 prefill_rate, r.tokens.size(), decode_rate, finish);
+                 prefill_rate, r.tokens.size(), decode_rate, finish, format_bytes(r.kv_bytes).c_str());
   }
 
   const ChatOptions& options_;
@@ -303,7 +304,7 @@ Verb add_chat(CLI::App& app) {
   opt->seed_flag = cmd->add_option("--seed", opt->seed, "Random seed (reproducible answers)");
   cmd->add_option("--max-tokens", opt->max_tokens, "Most tokens per answer")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
-  add_device_option(cmd, opt->device);
+  add_model_options(cmd, opt->flags);
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at end-of-turn tokens (tests, benchmarks)");
   cmd->add_flag("--stats", opt->stats,
                 "Print prompt/answer token counts and speeds after each answer (stderr)");

@@ -4,7 +4,9 @@
 // "launches" counts host-side launches: a decode step captured as a CUDA graph counts once, not per replay.
 // Usage: bench_cuda_q4_plans MODEL_DIR [PROMPT_TOKENS [DECODE_STEPS [DEVICE]]]   (defaults: 16, 4, 0)
 #include "lmx/core/error.h"
-#include "lmx/model/cuda/gemma4_cuda_model.h"
+#include "lmx/core/device.h"
+#include "lmx/model/language_model.h"
+#include "lmx/ops/backends.h"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/tuning.h"
 
@@ -39,11 +41,10 @@ int main(int argc, char** argv) {
   }
   const int prompt_tokens = argc > 2 ? std::atoi(argv[2]) : 16;
   const int steps = argc > 3 ? std::atoi(argv[3]) : 4;
-  lmx::CudaModelOptions options;
-  options.device = argc > 4 ? std::atoi(argv[4]) : 0;
+  const int device = argc > 4 ? std::atoi(argv[4]) : 0;
   try {
     lmx::cuda::set_q4_plan_observer(observe);
-    auto model = lmx::Gemma4CudaModel::load(argv[1], options);
+    auto model = lmx::LanguageModel::load(argv[1], lmx::make_backend(lmx::Device::cuda(device)));
     auto sequence = model->new_sequence();
     std::vector<int32_t> prompt(static_cast<size_t>(std::max(prompt_tokens, 1)));
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + i % 1000);
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
     }
     lmx::cuda::set_q4_plan_observer(nullptr);
     std::printf("%s, tuning table %s\n", model->device_description().c_str(),
-                lmx::cuda::device_tuning_name(options.device));
+                lmx::cuda::device_tuning_name(device));
     std::printf("%-14s %-14s %5s  %-8s %8s %9s %7s %9s\n", "shape", "kind", "pairs", "S/T/P", "segments",
                 "chunks/seg", "blocks", "launches");
     for (const auto& [key, entry] : g_plans) {

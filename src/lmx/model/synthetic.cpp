@@ -7,7 +7,7 @@
 #include "lmx/core/thread_pool.h"
 #include "lmx/io/sharded_writer.h"
 #include "lmx/model/convert.h"
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/gemma4/gemma4_config.h"
 
 #include <nlohmann/json.hpp>
 

@@ -2,7 +2,7 @@
 #include "lmx/core/mapped_file.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/io/safetensors.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
 #include "support/test_support.h"
 #include "support/tiny_models.h"
 
@@ -24,7 +24,7 @@ class MalformedCheckpoint : public ::testing::Test {
   // Expects loading to fail with an lmx::Error whose message contains `needle`.
   void expect_load_error(const std::string& needle) {
     try {
-      Gemma4Model::load(dir_.path());
+      test::load_model(dir_.path());
       FAIL() << "load succeeded; expected an error mentioning '" << needle << "'";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -45,7 +45,7 @@ class MalformedCheckpoint : public ::testing::Test {
   nlohmann::json config_;
 };
 
-TEST_F(MalformedCheckpoint, LoadsWhenIntact) { EXPECT_NO_THROW(Gemma4Model::load(dir_.path())); }
+TEST_F(MalformedCheckpoint, LoadsWhenIntact) { EXPECT_NO_THROW(test::load_model(dir_.path())); }
 
 TEST_F(MalformedCheckpoint, TruncatedFile) {
   auto size = fs::file_size(dir_.file("model.safetensors"));
@@ -119,7 +119,7 @@ TEST_F(MalformedCheckpoint, ConfigNotJson) {
 
 TEST_F(MalformedCheckpoint, MissingWeights) {
   fs::remove(dir_.file("model.safetensors"));
-  EXPECT_THROW(Gemma4Model::load(dir_.path()), Error);
+  EXPECT_THROW(test::load_model(dir_.path()), Error);
 }
 
 }  // namespace

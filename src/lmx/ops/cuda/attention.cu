@@ -163,7 +163,7 @@ void set_decode_fields(attn::Params& p, const Plan& plan, float* partials) {
 // 16 blocks, ~80 KB of shared memory each, that cover the GPU wait for whole GPCs to free up: 8 kv heads x 16
 // slots = 128 blocks (26B-A4B's sliding layers) decoded 1.2-1.4 % slower fused everywhere, though 3.6 %
 // faster without PDL and 0.9 % faster without clusters; grids of 16 to 64 blocks (E2B, E4B, 26B-A4B's and
-// 31B's global layers) gain (docs/benchmarks.md, twenty-fourth pass). The same results either way.
+// 31B's global layers) gain (same-run A/Bs on the H200, 2026-12-01). The same results either way.
 InputsFusion auto_fusion(const CudaTuning::Attention& rules) {
   return rules.fused_inputs == Choice::kNever    ? InputsFusion::kNever
          : rules.fused_inputs == Choice::kAlways ? InputsFusion::kAlways

@@ -153,10 +153,10 @@ struct Q4Pairs {
 };
 
 // Lanes per row of q4_gemv_kernel's scale and bias window copy, as a shift (2^shift lanes, from 32 / rows to
-// 32): two lanes per row for 16-row blocks (each lane's row offsets computed once; +2.2 % decode with 4-byte
-// words, docs/benchmarks.md, ninth pass), else the power of two that covers a row's window blocks, so that a
-// warp's copy reads whole rows (coalesced). forced_lanes (the tuning table's q4_gemv.window_lanes; 0: the
-// rule) forces a lane count (at least 32 / rows).
+// 32): two lanes per row for 16-row blocks (each lane's row offsets computed once; E4B decode +2.2 % with
+// 4-byte words, H200, 2026-11-30), else the power of two that covers a row's window blocks, so that a warp's
+// copy reads whole rows (coalesced). forced_lanes (the tuning table's q4_gemv.window_lanes; 0: the rule)
+// forces a lane count (at least 32 / rows).
 int q4_window_shift(int rows, int blocks, int forced_lanes);
 
 // x_up, pairs and window_shift are parameters of their own, not Problem fields (a larger Problem cost

@@ -34,8 +34,8 @@ static_assert(kMaxExpertSegments == kTuningMaxExpertSegments,
 // segments of listed [N, K] expert matrices instead. A function of the weights and the tuning table only
 // (never of the tokens); other segments give other bits, the same in every kernel. Fewer, longer segments
 // cost the decode GEMVs parallelism and save the prefill GEMM a drain of its wgmma pipeline per segment; the
-// two limits are measured on 26B-A4B (docs/benchmarks.md, seventeenth pass: down 704 → 2816 in 2 segments
-// instead of 3, gate/up 2816 → 1408 in 3 instead of 6: decode +2 %, prefill +2 %).
+// two limits are measured on 26B-A4B (H200 A/Bs, 2026-12-01, seventeenth pass: down 704 → 2816 in 2
+// segments instead of 3, gate/up 2816 → 1408 in 3 instead of 6: decode +2 %, prefill +2 %).
 constexpr int kExpertSegmentMinChunks = 3;
 constexpr int kExpertSegmentsMost = 3;
 int expert_segments(int64_t n_out, int64_t k, const CudaTuning::Moe& rules = tuning().moe);

@@ -122,7 +122,7 @@ void decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr) 
 }
 
 // Whether a plain projection takes two 16-row tiles per warp although it is not very tall: the rule of
-// q4_gemv.wide_tiles (at least 4096 rows of 4096-8192 columns). Measured on the H200 (docs/benchmarks.md,
+// q4_gemv.wide_tiles (at least 4096 rows of 4096-8192 columns). Measured on the H200 (2026-12-02,
 // twenty-sixth pass): in isolation 16384 x 5376 went from 48.6 to 61.4 % of read bandwidth and 5376 x 8192
 // from 41.3 to 49.0 %, while the long rows of 5376 x 21504 lost (52.8 to 49.3 %); two tiles for every shape
 // lost 1-3 % of decode (eleventh pass) on E2B, E4B and 26B-A4B, whose projections this rule leaves alone.
@@ -153,7 +153,7 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count, const Cuda
   if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !detail::aligned16(p.scales) ||
       !detail::aligned16(p.biases))
     return plan;
-  // Measured on the H200 (docs/benchmarks.md): 2 chunks in flight per warp and 16 rows per warp except for
+  // Measured on the H200 (A/Bs, 2026-11-30): 2 chunks in flight per warp and 16 rows per warp except for
   // very tall matrices (rules.tall_rows: the LM head, 43008 x 5376) and q4_wide_tiles. Deeper rings won some
   // isolated GEMVs (16384 x 4096: 51 % of read bandwidth at 4 vs 49 % at 2) but lost in a model (E4B decode
   // 327 vs 343 tok/s at 4, 300 at 8): their shared memory keeps the next kernel's blocks, launched early
@@ -173,9 +173,9 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count, const Cuda
   if (plan.split > p.segments) plan.split = 1;
   // A grid of fewer blocks than SMs never shares an SM with a block of its own, so a deeper ring costs it no
   // residency and doubles each warp's bytes in flight, where its segments have the chunks to fill it.
-  // Measured (docs/benchmarks.md, twenty-sixth pass): the 96-block 1536 x 12288 projection (6 chunks per
-  // warp) at 4 stages, E2B decode +3.7 %; 1536 x 6144 (3 chunks) -0.5 %; larger grids lost (E4B, 31B: -1 to
-  // -5 %).
+  // Measured on the H200 (same-run A/Bs, 2026-12-02): the 96-block 1536 x 12288 projection (6 chunks per
+  // warp; E2B's down projection) at 4 stages, E2B decode +3.7 %; 1536 x 6144 (3 chunks) -0.5 %; larger grids
+  // lost (E4B, 31B: -1 to -5 %).
   const bool deep_ring = blocks * plan.split < rules.deep_ring_blocks_below &&
                          q4_max_segment_chunks(p) >= rules.deep_ring_min_chunks;
   const int chosen = rules.stages != 0 ? rules.stages : shape.stages;

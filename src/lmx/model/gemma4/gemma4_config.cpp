@@ -1,5 +1,5 @@
 // Gemma 4 text-model configuration: parsed from config.json and resolved per layer.
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/gemma4/gemma4_config.h"
 
 #include "lmx/core/error.h"
 #include "lmx/io/model_dir.h"
