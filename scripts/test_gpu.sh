@@ -11,8 +11,9 @@
 # instead of the wgmma one (prefill.wgmma false; sm_90 picks wgmma for 4-bit weights), and with the prefill grid
 # order and the small-chunk kernel of the grouped prefill forced; then the MoE tests with the experts' gate/up
 # x prepared per pair row and with the pair sort on a cluster of 8 blocks, with 8 expert segments and with the
-# uncapped combine kernel; then the attention and models with the mma.sync prefill attention instead of the
-# wgmma one (attention.prefill_wgmma false).
+# uncapped combine kernel, and the models with the MoE routing on the main stream (moe.routing_stream false);
+# then the attention and models with the mma.sync prefill attention instead of the wgmma one
+# (attention.prefill_wgmma false).
 # Optionally under compute-sanitizer memcheck. The whole suite takes ~13 minutes on the H200, past the device tool's
 # 10 minutes per command: --part 1 runs the first pass and the batch-1 4-bit and decode attention passes (~7 min),
 # --part 2 the prefill, MoE and prefill attention passes (~6 min).
@@ -108,5 +109,8 @@ run_pass '{"moe": {"group_blocks": 8}}' "$moe_tests"
 # holds (expert_segments gives at most kExpertSegmentsMost = 3), and the combine on its uncapped kernel.
 run_pass '{"moe": {"segments": [{"n": 256, "k": 2048, "segments": 8}]}}' 'CudaMoeTest.*'
 run_pass '{"moe": {"combine_capped": false}}' "$moe_tests"
+# The MoE routing on the main stream before the dense MLP (the default runs it on the backend's side stream beside
+# the dense MLP; same bits).
+run_pass '{"moe": {"routing_stream": false}}' '*CudaTinyModels.*'
 # The prefill attention of head dims 129..256 on the mma.sync kernel (sm_90 runs the wgmma one; same bits).
 run_pass '{"attention": {"prefill_wgmma": false}}' "$attention_tests"

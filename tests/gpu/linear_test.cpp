@@ -592,27 +592,5 @@ TEST_F(CudaLinear, ArgumentErrors) {
   EXPECT_NO_THROW(cuda::quantized_linear(x.as<float>(), 64, 0, dw.view, out.as<float>(), 4, *ctx_));
 }
 
-// The model's last environment knob's parser (no GPU needed): unset or empty gives the fallback, anything but
-// a decimal integer in range is an InvalidArgument naming the variable.
-TEST(CudaKnobs, EnvIntegerParsesOrRejects) {
-  const char* name = "LMX_TEST_KNOB";
-  ::unsetenv(name);
-  EXPECT_EQ(cuda::env_integer(name, 7, 0, 100), 7);
-  ::setenv(name, "", 1);
-  EXPECT_EQ(cuda::env_integer(name, 7, 0, 100), 7);
-  ::setenv(name, "42", 1);
-  EXPECT_EQ(cuda::env_integer(name, 7, 0, 100), 42);
-  for (const char* bad : {"101", "-1", "4x", "x", " 5", "1e3"}) {
-    ::setenv(name, bad, 1);
-    try {
-      (void)cuda::env_integer(name, 7, 0, 100);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-    }
-  }
-  ::unsetenv(name);
-}
-
 }  // namespace
 }  // namespace lmx

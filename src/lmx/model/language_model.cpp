@@ -56,9 +56,11 @@ LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_
                              const ModelOptions& options)
     : backend_(std::move(backend)), forward_(std::move(forward)), use_graphs_(options.use_graphs) {
   LMX_REQUIRE(InvalidArgument, backend_ != nullptr && forward_ != nullptr, "a model needs a backend and a forward");
-  forward_->prepare(*backend_);
   KvCacheOptions kv;
   kv.codec = options.kv_codec.value_or(KvCodec(backend_->device().is_cpu() ? KvCodecKind::kF32 : KvCodecKind::kBf16));
+  // The f32 KV cache is the exactness reference: every op of the backend computes in f32 then.
+  backend_->set_exact(kv.codec.kind() == KvCodecKind::kF32);
+  forward_->prepare(*backend_);
   kv.block_tokens = options.kv_block_tokens > 0 ? options.kv_block_tokens : kDefaultKvBlockTokens;
   kv.budget_bytes = options.kv_budget_bytes;
   kv_ = std::make_unique<KvCache>(description().kv_layers, kv, backend_->kv_memory());

@@ -6,10 +6,6 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
-#include <cstdlib>
-#include <cstring>
-
 namespace lmx::cuda {
 
 CudaContext::CudaContext(int device) : device_(device) {
@@ -49,17 +45,6 @@ bool CudaContext::capturing() const {
 
 bool pdl_enabled() {
   return tuning().launch.pdl;
-}
-
-int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  int64_t n = 0;
-  const char* end = v + std::strlen(v);
-  const auto [ptr, ec] = std::from_chars(v, end, n);
-  LMX_REQUIRE(InvalidArgument, ec == std::errc() && ptr == end && n >= min && n <= max,
-              "{}: '{}' is not an integer in [{}, {}]", name, v, min, max);
-  return n;
 }
 
 }  // namespace lmx::cuda

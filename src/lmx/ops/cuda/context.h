@@ -58,9 +58,4 @@ class CudaContext {
 // table's launch.pdl (tuning.h); on by default.
 bool pdl_enabled();
 
-// Transitional, for the model's one remaining environment read (LMX_MOE_ROUTING_STREAM), which moves to the
-// tuning table's moe.routing_stream: `fallback` when `name` is unset or empty; InvalidArgument when it is not
-// a decimal integer in [min, max]. No op reads the environment (the tuning table replaces its knobs).
-int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max);
-
 }  // namespace lmx::cuda

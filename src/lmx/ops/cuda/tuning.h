@@ -135,8 +135,8 @@ struct CudaTuning {
 
   // Mixture-of-experts (moe_experts.cu, moe_norms.cu).
   struct Moe {
-    // The routing (router norm, projection, top-k) on a second stream beside the dense MLP. For the CUDA
-    // forward to read (until it does, the environment variable LMX_MOE_ROUTING_STREAM=0 turns it off).
+    // The routing (router norm, projection, top-k) on a side stream beside the dense MLP (cuda_backend.cpp;
+    // same bits either way).
     bool routing_stream = true;
     // Warps an expert projection's K segments aim for (expert_segments; changes bits).
     int64_t target_warps = 512;
