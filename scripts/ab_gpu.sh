@@ -3,8 +3,11 @@
 # checkpoint once (under --dir), then runs every variant in turn, --reps rounds (variants alternate within a
 # round, so drift hits them alike), and prints one line per run: preset, variant, round, decode and prefill
 # tok/s. A variant is NAME=BINARY[:VAR=VALUE[:VAR=VALUE...]], e.g. base=lmx_f1a67a5 or
-# nostream=lmx:LMX_MOE_ROUTING_STREAM=0 (binaries from scripts/device_bundle.sh and
-# scripts/device_variants.sh, on PATH through scripts/device_run.sh).
+# nopdl=lmx:LMX_TUNING=/tmp/nopdl.json (a tuning override file, docs/cuda.md "Tuning", e.g.
+# {"cuda": {"launch": {"pdl": false}}}; binaries from scripts/device_bundle.sh and scripts/device_variants.sh,
+# on PATH through scripts/device_run.sh; binaries older than the tuning table read LMX_* knobs instead).
+# NAME=BINARY@JSON runs BINARY under the tuning file JSON, written to a temporary file, e.g.
+# 'nopdl=lmx@{"cuda": {"launch": {"pdl": false}}}'.
 # Usage: scripts/device_run.sh scripts/ab_gpu.sh [--presets "gemma4-e4b"] [--layers N] [--prompt 512]
 #          [--gen 128] [--reps 2] [--dir /dev/shm/lmx-synth] VARIANT...
 set -euo pipefail
@@ -26,13 +29,23 @@ while (($#)); do
     *) break ;;
   esac
 done
-(($#)) || { echo "ab_gpu: no variants (NAME=BINARY[:VAR=VALUE...])" >&2; exit 2; }
+(($#)) || { echo "ab_gpu: no variants (NAME=BINARY[:VAR=VALUE...] or NAME=BINARY@JSON)" >&2; exit 2; }
+tuning_dir=$(mktemp -d)
+trap 'rm -rf "$tuning_dir"' EXIT
+variants=()
 for v in "$@"; do
-  [[ "$v" == *=* ]] || { echo "ab_gpu: variant '$v' is not NAME=BINARY[:VAR=VALUE...]" >&2; exit 2; }
+  [[ "$v" == *=* ]] || { echo "ab_gpu: variant '$v' is not NAME=BINARY[:VAR=VALUE...] or NAME=BINARY@JSON" >&2; exit 2; }
+  if [[ "$v" == *@* ]]; then  # NAME=BINARY@JSON: the JSON to a file, named by LMX_TUNING
+    file="$tuning_dir/${#variants[@]}.json"
+    printf '%s\n' "${v#*@}" >"$file"
+    v="${v%%@*}:LMX_TUNING=$file"
+  fi
   binary=${v#*=}
   binary=${binary%%:*}
   command -v "$binary" >/dev/null || { echo "ab_gpu: variant '$v': no binary '$binary' on PATH" >&2; exit 2; }
+  variants+=("$v")
 done
+set -- "${variants[@]}"
 synth=$(command -v lmx)
 mkdir -p "$dir"
 for preset in $presets; do

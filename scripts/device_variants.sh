@@ -8,6 +8,9 @@
 # ~6 MB) that is one variant per run. The script warns past 11 MB.
 # An argument NAME=PATH adds a binary already built (e.g. the previous build's lmx, saved before rebuilding:
 # `cp build/device/lmx /tmp/lmx_prev`) as bin/lmx_NAME instead, for A/Bs of uncommitted changes.
+# A variant built before the tuning table (docs/cuda.md, "Tuning") reads the former LMX_* environment knobs,
+# not LMX_TUNING: in scripts/ab_gpu.sh give it the knobs (NAME=lmx_<commit>:LMX_...=...) and newer binaries
+# the table (NAME=lmx@JSON).
 # Usage: scripts/device_bundle.sh lmx && scripts/device_variants.sh COMMIT|NAME=PATH...
 #        (then run lmx_<commit> or lmx_NAME there)
 set -euo pipefail

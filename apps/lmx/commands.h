@@ -67,5 +67,9 @@ std::string default_model_dir();
 std::string model_or_default(const std::string& model);
 // Applies --threads (0 = all cores).
 void apply_threads(int threads);
+// Fixes the tuning override file (--tuning PATH; "" leaves it to LMX_TUNING) and checks it before any model
+// loads: the CPU table and, in a CUDA build, the file's cuda section (InvalidArgument naming the file and
+// key).
+void load_tuning(const std::string& path);
 
 }  // namespace lmx::cli

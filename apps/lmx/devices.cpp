@@ -5,9 +5,12 @@
 #include "lmx/core/thread_pool.h"
 #include "lmx/model/language_model.h"
 #include "lmx/ops/backends.h"
+#include "lmx/ops/cpu/tuning.h"
 #include "lmx/ops/ops.h"
+#include "lmx/ops/tuning.h"
 #ifdef LMX_HAS_CUDA
 #include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <cuda_runtime.h>
 #endif
@@ -24,7 +27,56 @@ int cuda_devices() {
   return 0;
 #endif
 }
+
+// A table in use and the keys where it differs from its built-in table.
+nlohmann::ordered_json table_entry(const ops::TuningJson& table, const ops::TuningJson& builtin) {
+  return {{"table", table}, {"overridden", ops::tuning_differences(table, builtin)}};
+}
+
+// The tuning tables in use (lmx info): their source, the CPU's table, and per built-in CUDA table the table
+// with the override file applied and the devices that use it.
+nlohmann::ordered_json tuning_info() {
+  const ops::TuningFile& file = ops::tuning_file();
+  nlohmann::ordered_json out;
+  out["source"] = file.source();
+  const std::string target = ops::simd_target_name();
+  out["cpu"]["builtin"] = target;
+  out["cpu"].update(table_entry(ops::cpu::tuning_json(ops::cpu::tuning()),
+                                ops::cpu::tuning_json(ops::cpu::builtin_tuning(target))));
+#ifdef LMX_HAS_CUDA
+  nlohmann::ordered_json cuda_tables = nlohmann::ordered_json::object();
+  for (const std::string& name : cuda::builtin_tuning_names()) {
+    const cuda::CudaTuning builtin = cuda::builtin_tuning(name);
+    cuda_tables[name] =
+        table_entry(cuda::tuning_json(cuda::apply_tuning(builtin, file)), cuda::tuning_json(builtin));
+    cuda_tables[name]["devices"] = nlohmann::ordered_json::array();
+  }
+  for (int i = 0; i < cuda::device_count(); ++i)
+    cuda_tables[cuda::device_tuning_name(i)]["devices"].push_back(fmt::format("cuda:{}", i));
+  out["cuda"] = cuda_tables;
+#endif
+  return out;
+}
+
+// "a.b, c.d" or "none".
+std::string key_list(const nlohmann::ordered_json& keys) {
+  std::string out;
+  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k.get<std::string>();
+  return out.empty() ? "none" : out;
+}
 }  // namespace
+
+void load_tuning(const std::string& path) {
+  if (!path.empty()) ops::set_tuning_file(path);
+  const ops::TuningFile& file = ops::tuning_file();
+  (void)ops::cpu::tuning();
+#ifdef LMX_HAS_CUDA
+  for (const std::string& name : cuda::builtin_tuning_names())
+    (void)cuda::apply_tuning(cuda::builtin_tuning(name), file);
+#else
+  (void)file;
+#endif
+}
 
 void add_model_options(CLI::App* command, ModelFlags& flags) {
   command->add_option("--device", flags.device, "cpu, cuda or cuda:N (default: cuda when a GPU is present, else cpu)")
@@ -77,13 +129,13 @@ Verb add_info(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("info", "List compiled backends, CPU SIMD targets and visible GPUs");
   cmd->add_flag("--json", *json, "Print as JSON");
   return {cmd, [json] {
-            nlohmann::json out;
+            nlohmann::ordered_json out;
             out["version"] = LMX_VERSION;
-            out["backends"] = nlohmann::json::array({"cpu"});
+            out["backends"] = nlohmann::ordered_json::array({"cpu"});
             out["cpu"] = {{"simd_target", ops::simd_target_name()},
                           {"simd_targets_available", ops::simd_target_names()},
                           {"threads", default_pool().threads()}};
-            nlohmann::json gpus = nlohmann::json::array();
+            nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
 #ifdef LMX_HAS_CUDA
             out["backends"].push_back("cuda");
             int runtime = 0, driver = 0;
@@ -96,6 +148,7 @@ Verb add_info(CLI::App& app) {
               gpus.push_back({{"device", fmt::format("cuda:{}", i)}, {"name", cuda::device_description(i)}});
 #endif
             out["devices"] = gpus;
+            out["tuning"] = tuning_info();
             if (*json) {
               std::printf("%s\n", out.dump().c_str());
               return 0;
@@ -113,6 +166,17 @@ Verb add_info(CLI::App& app) {
             for (const auto& g : gpus)
               std::printf("gpu          %s: %s\n", g["device"].get<std::string>().c_str(),
                           g["name"].get<std::string>().c_str());
+            const auto& tuning = out["tuning"];
+            std::printf("tuning       %s (lmx info --json prints the tables)\n",
+                        tuning["source"].get<std::string>().c_str());
+            std::printf("  cpu        %s table; overridden: %s\n",
+                        tuning["cpu"]["builtin"].get<std::string>().c_str(),
+                        key_list(tuning["cpu"]["overridden"]).c_str());
+            if (tuning.contains("cuda"))
+              for (const auto& [name, entry] : tuning["cuda"].items())
+                std::printf("  cuda       %s table (devices: %s); overridden: %s\n", name.c_str(),
+                            entry["devices"].empty() ? "none" : key_list(entry["devices"]).c_str(),
+                            key_list(entry["overridden"]).c_str());
             return 0;
           }};
 }

@@ -8,6 +8,11 @@
 int main(int argc, char** argv) {
   CLI::App app{"lmx — a native LLM engine (Gemma 4 on CPU and CUDA)"};
   app.require_subcommand(0, 1);
+  app.fallthrough();  // (--tuning after the verb too)
+  std::string tuning;
+  app.add_option("--tuning", tuning,
+                 "Kernel tuning override file (JSON; docs/cuda.md, \"Tuning\"); wins over the environment "
+                 "variable LMX_TUNING");
   std::vector<lmx::cli::Verb> verbs = {lmx::cli::add_generate(app), lmx::cli::add_logits(app),
                                        lmx::cli::add_synth(app), lmx::cli::add_bench(app),
                                        lmx::cli::add_convert(app),  lmx::cli::add_tokenize(app),
@@ -19,6 +24,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    lmx::cli::load_tuning(tuning);
     for (auto& verb : verbs)
       if (verb.command->parsed()) return verb.run();
     std::fputs(app.help().c_str(), stderr);

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -150,6 +151,74 @@ TEST(Cli, InfoAndDeviceSelection) {
                 cuda.output.find("built without the CUDA backend") != std::string::npos)
         << cuda.output;
   }
+}
+
+// --tuning FILE (or LMX_TUNING) overrides the kernel tuning tables, checked before any verb runs; `lmx info`
+// prints the tables in use and what the file changed.
+TEST(Cli, TuningFileIsCheckedAndPrinted) {
+  test::TempDir dir;
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.file(name)) << text;
+    return dir.file(name);
+  };
+  const std::string good = write("good.json", R"({"cpu": {"quantized": {"integer_kernels": false}},
+                                                  "cuda": {"q4_gemv": {"stages": 4}}})");
+  const std::string bad = write("bad.json", R"({"cpu": {"quantized": {"integer_kernel": false}}})");
+  const std::string bad_cuda = write("bad_cuda.json", R"({"cuda": {"q4_gemv": {"stages": 3}}})");
+
+  RunResult plain = run_lmx("info --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  auto json = nlohmann::json::parse(plain.output);
+  EXPECT_EQ(json["tuning"]["source"], "built-in");
+  EXPECT_EQ(json["tuning"]["cpu"]["table"]["quantized"]["integer_kernels"], true);
+  EXPECT_TRUE(json["tuning"]["cpu"]["overridden"].empty());
+  const bool cuda = json["backends"].size() > 1;
+
+  RunResult tuned = run_lmx("--tuning " + test::shell_quote(good) + " info --json");
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  json = nlohmann::json::parse(tuned.output);
+  EXPECT_EQ(json["tuning"]["source"], good);
+  EXPECT_EQ(json["tuning"]["cpu"]["table"]["quantized"]["integer_kernels"], false);
+  EXPECT_EQ(json["tuning"]["cpu"]["overridden"], nlohmann::json::array({"quantized.integer_kernels"}));
+  if (cuda) {
+    for (const char* table : {"sm_90", "generic"}) {
+      EXPECT_EQ(json["tuning"]["cuda"][table]["table"]["q4_gemv"]["stages"], 4) << table;
+      EXPECT_EQ(json["tuning"]["cuda"][table]["overridden"], nlohmann::json::array({"q4_gemv.stages"}))
+          << table;
+    }
+    RunResult rejected = run_lmx("--tuning " + test::shell_quote(bad_cuda) + " info");
+    EXPECT_EQ(rejected.exit_code, 1);
+    EXPECT_NE(
+        rejected.output.find("tuning file " + bad_cuda + ": cuda.q4_gemv.stages: 3 is not one of 0, 2, 4"),
+        std::string::npos)
+        << rejected.output;
+  } else {
+    EXPECT_FALSE(json["tuning"].contains("cuda"));
+  }
+  RunResult text = run_lmx("info --tuning " + test::shell_quote(good));  // (after the verb too)
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("quantized.integer_kernels"), std::string::npos) << text.output;
+
+  // A bad file stops every verb before it runs, naming the file and the key.
+  RunResult rejected =
+      run_lmx("--tuning " + test::shell_quote(bad) + " generate --prompt-ids 2,105 --max-tokens 1");
+  EXPECT_EQ(rejected.exit_code, 1);
+  EXPECT_NE(rejected.output.find("tuning file " + bad + ": cpu.quantized.integer_kernel: unknown key"),
+            std::string::npos)
+      << rejected.output;
+  RunResult missing = run_lmx("--tuning " + test::shell_quote(dir.file("missing.json")) + " info");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("cannot be read"), std::string::npos) << missing.output;
+
+  // LMX_TUNING names the file when --tuning does not; the flag wins.
+  ::setenv("LMX_TUNING", bad.c_str(), 1);
+  RunResult from_env = run_lmx("info --json");
+  RunResult flag_wins = run_lmx("--tuning " + test::shell_quote(good) + " info --json");
+  ::unsetenv("LMX_TUNING");
+  EXPECT_EQ(from_env.exit_code, 1);
+  EXPECT_NE(from_env.output.find("tuning file " + bad), std::string::npos) << from_env.output;
+  ASSERT_EQ(flag_wins.exit_code, 0) << flag_wins.output;
+  EXPECT_EQ(nlohmann::json::parse(flag_wins.output)["tuning"]["source"], good);
 }
 
 }  // namespace

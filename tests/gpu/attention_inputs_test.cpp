@@ -13,6 +13,7 @@
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/tuning.h"
 #include "lmx/ops/ops.h"
 #include "support/test_support.h"
 
@@ -204,9 +205,9 @@ TEST_F(CudaAttentionInputs, FusedMatchesTwoCallsBitForBit) {
 // blocks (attention.cu): 16 kv heads × 8 slots (clusters of 8, which every sm_90 device holds) run two
 // kernels, the same heads over 32 slots (no clusters) and 2 kv heads × 8 slots one. The same bits either way.
 TEST_F(CudaAttentionInputs, AutoDeclinesLargeClusterGrids) {
-  if (std::getenv("LMX_ATTN_FUSED_INPUTS") != nullptr ||
-      std::getenv("LMX_ATTN_FUSED_MAX_CLUSTER_BLOCKS") != nullptr)
-    GTEST_SKIP() << "the environment replaces the rule";
+  const cuda::CudaTuning::Attention& rules = cuda::tuning().attention;
+  if (rules.fused_inputs != cuda::Choice::kAuto || rules.fused_inputs_max_cluster_blocks != 64)
+    GTEST_SKIP() << "the tuning table replaces the rule";
   const struct {
     Case c;
     bool fused;

@@ -18,6 +18,7 @@
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
 #include "lmx/ops/cuda/elementwise.h"
+#include "lmx/ops/cuda/tuning.h"
 #include "lmx/ops/ops.h"
 #include "lmx/ops/quantized.h"
 #include "lmx/quant/affine.h"
@@ -276,10 +277,10 @@ TEST_F(CudaLinear, QuantizedBatchInvariance) {
   // instead); many blocks of 4 segments (N = 8480) and 80 blocks of 16 (N = 2560, the shape of E4B's down
   // projection); segments of 5-6 chunks (N = 10240, its 8-deep ring) with a ragged last chunk, for each
   // scale dtype (f16 and f32 windows are read differently from bf16's). scripts/test_gpu.sh reruns this
-  // with every plan forced (LMX_Q4_STAGES, LMX_Q4_TILES). The default plan's shape rules: 4096 rows of 4096
-  // columns (two 16-row tiles, as 31B's q/k/v and o) and E2B's 96-block 1536 x 12288 down projection (a
-  // 4-chunk ring). Then gate_up pairs: 26B-A4B's dense gate_up (4 segments instead of 11) and one with a
-  // ragged K.
+  // with every plan forced (the tuning table's q4_gemv.stages, tiles, split). The default plan's shape rules:
+  // 4096 rows of 4096 columns (two 16-row tiles, as 31B's q/k/v and o) and the 96-block 1536 x 12288 (a
+  // 4-chunk ring, as E2B's down projection). Then gate_up pairs: 4224 x 2816 (26B-A4B's dense gate_up, 4
+  // segments instead of 11) and one with a ragged K.
   for (const Case& c :
        {Case{4, 64, 300, 4096}, Case{8, 32, 70, ragged_k(32)}, Case{3, 128, 130, 1152},
         Case{4, 32, 1000, 2560}, Case{6, 64, 17, 448}, Case{4, 64, 77, ragged_k(64)}, Case{4, 128, 40, 65536},
@@ -481,9 +482,9 @@ TEST_F(CudaLinear, QuantizedLinearGegluMatchesItsTwoOps) {
     bool small = false;
     bool pair = false;  // DeviceQuantized::gate_up_pair, as the model uploads gate_up projections
   };
-  // E4B's gate/up (20480 x 2560), E2B's (12288 x 1536; its double-wide 24576 x 1536) with small scales, a half
-  // (4104) that is not a multiple of the 16-row tile with a ragged K, f16 and f32 scales; then what it
-  // declines: I below kGegluMinRows (26B-A4B's 4224 x 2816), 8 bits, an odd row count, M > 1.
+  // E4B's gate/up (20480 x 2560), E2B's (12288 x 1536; its double-wide 24576 x 1536) with small scales, a
+  // half (4104) that is not a multiple of the 16-row tile with a ragged K, f16 and f32 scales; then what it
+  // declines: I below q4_gemv.geglu_min_rows (26B-A4B's 4224 x 2816), 8 bits, an odd row count, M > 1.
   for (const Case& c : {Case{4, 20480, 2560, 1, true, DType::kBF16, false, true},
                         Case{4, 12288, 1536, 1, true, DType::kBF16, true, true},
                         Case{4, 24576, 1536, 1, true, DType::kBF16, true, true},
@@ -507,8 +508,7 @@ TEST_F(CudaLinear, QuantizedLinearGegluMatchesItsTwoOps) {
       applied = cuda::quantized_linear_geglu(dx.as<float>(), x_stride, c.m, dw.view, out, *ctx_);
     });
     // (scripts/test_gpu.sh reruns this with plans forced: one 16-row tile per warp leaves no pairing.)
-    const char* tiles = std::getenv("LMX_Q4_TILES");
-    ASSERT_EQ(applied, c.applies && !(tiles != nullptr && std::string(tiles) == "1")) << what;
+    ASSERT_EQ(applied, c.applies && cuda::tuning().q4_gemv.tiles != 1) << what;
     if (!applied) {  // nothing written
       for (float v : fused) ASSERT_EQ(std::bit_cast<uint32_t>(v), kSentinelBits) << what;
       continue;
@@ -590,102 +590,6 @@ TEST_F(CudaLinear, ArgumentErrors) {
   EXPECT_THROW(cuda::quantized_linear_geglu(x.as<float>(), 64, 1, bad, out.as<float>(), *ctx_), InvalidArgument);
   // M = 0 is a no-op.
   EXPECT_NO_THROW(cuda::quantized_linear(x.as<float>(), 64, 0, dw.view, out.as<float>(), 4, *ctx_));
-}
-
-// The A/B knobs' parser (no GPU needed): unset or empty gives the fallback, anything but a decimal integer
-// in range is an InvalidArgument naming the variable.
-TEST(CudaKnobs, EnvIntegerParsesOrRejects) {
-  const char* name = "LMX_TEST_KNOB";
-  ::unsetenv(name);
-  EXPECT_EQ(cuda::env_integer(name, 7, 0, 100), 7);
-  ::setenv(name, "", 1);
-  EXPECT_EQ(cuda::env_integer(name, 7, 0, 100), 7);
-  ::setenv(name, "42", 1);
-  EXPECT_EQ(cuda::env_integer(name, 7, 0, 100), 42);
-  for (const char* bad : {"101", "-1", "4x", "x", " 5", "1e3"}) {
-    ::setenv(name, bad, 1);
-    try {
-      (void)cuda::env_integer(name, 7, 0, 100);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-    }
-  }
-  ::unsetenv(name);
-}
-
-// Every text in `bad` makes parse throw InvalidArgument naming `knob`.
-template <class Parse>
-void expect_rejected(Parse parse, const std::string& knob, std::initializer_list<const char*> bad) {
-  for (const char* text : bad) {
-    try {
-      parse(text);
-      ADD_FAILURE() << "accepted '" << text << "'";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(knob), std::string::npos) << e.what();
-    }
-  }
-}
-
-// Each parsed entry's fields as one row, so a whole parse is compared at once.
-template <class Entry, class Row>
-std::vector<std::vector<int64_t>> fields(const std::vector<Entry>& parsed, Row row) {
-  std::vector<std::vector<int64_t>> rows;
-  for (const Entry& e : parsed) rows.push_back(row(e));
-  return rows;
-}
-
-// LMX_Q4_SEGMENTS's parser (no GPU needed).
-TEST(CudaKnobs, SegmentOverridesParseOrReject) {
-  EXPECT_TRUE(cuda::parse_segment_overrides("").empty());
-  const auto parsed = cuda::parse_segment_overrides("12288x1536=1,1536x6144=11,");
-  EXPECT_EQ(fields(parsed, [](const auto& o) { return std::vector<int64_t>{o.n, o.k, o.segments}; }),
-            (std::vector<std::vector<int64_t>>{{12288, 1536, 1}, {1536, 6144, 11}}));
-  expect_rejected([](const char* text) { (void)cuda::parse_segment_overrides(text); }, "LMX_Q4_SEGMENTS",
-                  {"12288x1536", "12288x1536=0", "12288x1536=17", "x1536=2", "12288*1536=2", "1x2=3,,4x5=6",
-                   "1x2=3 ", "-1x2=3"});
-}
-
-// LMX_Q4_SHAPE_PLAN's parser (no GPU needed): ring, tiles and split per shape, missing fields and zeros kept
-// as the rules' (0), anything else rejected naming the knob.
-TEST(CudaKnobs, ShapePlanOverridesParseOrReject) {
-  EXPECT_TRUE(cuda::parse_q4_plan_overrides("").empty());
-  const auto parsed = cuda::parse_q4_plan_overrides("1536x12288=4,2560x10240=2/2,16384x5376=0/1/2,");
-  EXPECT_EQ(fields(parsed,
-                   [](const auto& o) { return std::vector<int64_t>{o.n, o.k, o.stages, o.tiles, o.split}; }),
-            (std::vector<std::vector<int64_t>>{
-                {1536, 12288, 4, 0, 0}, {2560, 10240, 2, 2, 0}, {16384, 5376, 0, 1, 2}}));
-  ::setenv("LMX_Q4_SHAPE_PLAN", "1536x12288=4/2", 1);
-  const auto from_env = cuda::q4_plan_overrides_from_env();
-  ::unsetenv("LMX_Q4_SHAPE_PLAN");
-  ASSERT_EQ(from_env.size(), 1u);
-  EXPECT_EQ(from_env[0].tiles, 2);
-  EXPECT_TRUE(cuda::q4_plan_overrides_from_env().empty());
-  expect_rejected([](const char* text) { (void)cuda::parse_q4_plan_overrides(text); }, "LMX_Q4_SHAPE_PLAN",
-                  {"1536x12288", "1536x12288=", "1536x12288=3", "1536x12288=4/3", "1536x12288=4/1/4",
-                   "1536x12288=4/1/1/1", "1536x12288=4/", "1536x12288=4:1", "x12288=4", "0x12288=4", "1x2=4,,3x4=2",
-                   "1x2=4 "});
-}
-
-// The lookup shared by LMX_Q4_SEGMENTS and LMX_MOE_SEGMENTS: a listed shape's segments, 0 for others, and an
-// error naming the knob for more segments than the weight allows (no GPU needed).
-TEST(CudaKnobs, SegmentOverrideLooksUpOrRejects) {
-  const auto list = cuda::parse_segment_overrides("2816x704=2,1408x2816=8", "LMX_MOE_SEGMENTS");
-  EXPECT_EQ(cuda::segment_override(list, "LMX_MOE_SEGMENTS", 2816, 704, 6), 2);
-  EXPECT_EQ(cuda::segment_override(list, "LMX_MOE_SEGMENTS", 704, 2816, 6), 0);
-  EXPECT_EQ(cuda::segment_override({}, "LMX_MOE_SEGMENTS", 2816, 704, 6), 0);
-  try {
-    (void)cuda::segment_override(list, "LMX_MOE_SEGMENTS", 1408, 2816, 6);
-    ADD_FAILURE() << "accepted 8 segments where 6 are the most";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("LMX_MOE_SEGMENTS"), std::string::npos) << e.what();
-  }
-  try {
-    (void)cuda::parse_segment_overrides("2816x704", "LMX_MOE_SEGMENTS");
-    ADD_FAILURE() << "accepted '2816x704'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("LMX_MOE_SEGMENTS"), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "lmx/engine/greedy.h"
 #include "lmx/model/language_model.h"
 #include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/tuning.h"
 #include "support/goldens.h"
 #include "support/test_support.h"
 #include "support/tiny_models.h"
@@ -14,7 +15,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <string_view>
 
 namespace lmx {
 namespace {
@@ -177,17 +177,15 @@ TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
   EXPECT_GT(graphed->graph_replays(), 250);
   EXPECT_EQ(direct->graph_replays(), 0);
   // The shape made for it decodes through the fused per-layer-input kernel (4 layers a step), unless a test
-  // pass turned that kernel off (LMX_PLE_FUSED=0: scripts/test_gpu.sh).
-  const char* fused = std::getenv("LMX_PLE_FUSED");
-  const bool fused_on = fused == nullptr || std::string_view(fused) != "0";
-  if (GetParam() == "ple-q4" && fused_on)
+  // pass turned that kernel off (per_layer_input.fused: scripts/test_gpu.sh).
+  const cuda::CudaTuning& tuning = cuda::tuning();
+  if (GetParam() == "ple-q4" && tuning.per_layer_input.fused)
     EXPECT_EQ(direct->backend_counters().fused_per_layer_input_steps, 4 * static_cast<int64_t>(prompt.size() - 7));
   else
     EXPECT_EQ(direct->backend_counters().fused_per_layer_input_steps, 0);
   // Every layer of a single-token step runs its attention inputs inside the decode attention kernel, unless a
-  // test pass turned that off (LMX_ATTN_FUSED_INPUTS=0); the prefill's never do.
-  const char* inputs = std::getenv("LMX_ATTN_FUSED_INPUTS");
-  const bool inputs_on = inputs == nullptr || std::string_view(inputs) != "0";
+  // test pass turned that off (attention.fused_inputs "never"); the prefill's never do.
+  const bool inputs_on = tuning.attention.fused_inputs != cuda::Choice::kNever;
   EXPECT_EQ(direct->backend_counters().fused_attention_inputs,
             inputs_on ? direct->description().num_layers * static_cast<int64_t>(prompt.size() - 7) : 0);
 }

@@ -141,10 +141,10 @@ QuantizedMatrix expert_matrix(const QuantizedMatrix& stack, int64_t rows_per_exp
 // int32; see quantized_vnni.cpp for the numerics and the row layout.
 
 // Whether quantized_linear and quantized_moe_experts run the integer kernels for `bits`-bit weights now:
-// 4 or 8 bits, a CPU and dispatched SIMD target with AVX-512 VNNI, and the debug knob on.
+// 4 or 8 bits, a CPU and dispatched SIMD target with AVX-512 VNNI, and the switch below on.
 bool quantized_integer_kernels(int bits);
-// Debug knob for benchmarks and tests that compare both paths (default on; the environment variable
-// LMX_QUANT_INTEGER=0 at start-up turns it off). Not thread-safe against running ops.
+// Switch for benchmarks and tests that compare both paths (initially the CPU tuning table's
+// quantized.integer_kernels, cpu/tuning.h). Not thread-safe against running ops.
 void set_quantized_integer_kernels(bool enabled);
 // Bytes of one x row prepared for `bits`-bit weights (a multiple of 64).
 int64_t quantized_integer_row_bytes(int64_t k, int group_size, int bits);

@@ -53,14 +53,13 @@
 #include <hwy/highway.h>
 
 #include "lmx/ops/cpu/kernels.h"
+#include "lmx/ops/cpu/tuning.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cassert>
-#include <cstdlib>
-#include <cstring>
 
 #ifndef LMX_OPS_CPU_QUANTIZED_VNNI_LAYOUT
 #define LMX_OPS_CPU_QUANTIZED_VNNI_LAYOUT
@@ -595,12 +594,10 @@ HWY_EXPORT(integer_prepare_x_impl);
 HWY_EXPORT(integer_block_impl);
 
 namespace {
-// The debug knob: LMX_QUANT_INTEGER=0 in the environment at start-up turns the integer kernels off.
+// Whether the integer kernels may run: the tuning table's quantized.integer_kernels at first use, then
+// whatever set_quantized_integer_kernels said.
 std::atomic<bool>& integer_kernels_enabled() {
-  static std::atomic<bool> enabled{[] {
-    const char* v = std::getenv("LMX_QUANT_INTEGER");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }()};
+  static std::atomic<bool> enabled{tuning().quantized.integer_kernels};
   return enabled;
 }
 }  // namespace

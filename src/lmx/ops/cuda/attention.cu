@@ -19,6 +19,7 @@
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/paged_store.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <algorithm>
 #include <utility>
@@ -161,24 +162,17 @@ void set_decode_fields(attn::Params& p, const Plan& plan, float* partials) {
   p.n_slots = plan.n_slots;
 }
 
-// InputsFusion::kAuto fuses unless the split-KV kernel would fold in clusters over more than 64 blocks.
-// Fused, the kernel's blocks are launched early (PDL) while the q/k/v projection still runs, and clusters of
-// up to 16 blocks, ~80 KB of shared memory each, that cover the GPU wait for whole GPCs to free up: 26B-A4B,
-// whose sliding layers fold 8 kv heads × 16 slots = 128 blocks, decoded 1.2-1.4 % slower fused everywhere,
-// though 3.6 % faster without PDL and 0.9 % faster without clusters; grids of 16 to 64 blocks (E2B, E4B,
-// 26B-A4B's and 31B's global layers) gain (same-run A/Bs on the H200, 2026-12-01).
-// LMX_ATTN_FUSED_MAX_CLUSTER_BLOCKS=N replaces the 64 (A/B runs; the same results either way).
-int fused_max_cluster_blocks() {
-  static const int blocks =
-      static_cast<int>(env_integer("LMX_ATTN_FUSED_MAX_CLUSTER_BLOCKS", 64, 0, 1 << 20));
-  return blocks;
-}
-
-// LMX_ATTN_FUSED_INPUTS replaces kAuto's rule: 0 never fuses, 2 always (where the kernel can), 1 the rule
-// (A/B runs; the same results either way).
-InputsFusion auto_fusion() {
-  static const int forced = static_cast<int>(env_integer("LMX_ATTN_FUSED_INPUTS", 1, 0, 2));
-  return forced == 0 ? InputsFusion::kNever : forced == 2 ? InputsFusion::kAlways : InputsFusion::kAuto;
+// InputsFusion::kAuto takes the tuning table's attention.fused_inputs, whose rule fuses unless the split-KV
+// kernel would fold in clusters over more than attention.fused_inputs_max_cluster_blocks (64) blocks. Fused,
+// the kernel's blocks are launched early (PDL) while the q/k/v projection still runs, and clusters of up to
+// 16 blocks, ~80 KB of shared memory each, that cover the GPU wait for whole GPCs to free up: 8 kv heads x 16
+// slots = 128 blocks (26B-A4B's sliding layers) decoded 1.2-1.4 % slower fused everywhere, though 3.6 %
+// faster without PDL and 0.9 % faster without clusters; grids of 16 to 64 blocks (E2B, E4B, 26B-A4B's and
+// 31B's global layers) gain (same-run A/Bs on the H200, 2026-12-01). The same results either way.
+InputsFusion auto_fusion(const CudaTuning::Attention& rules) {
+  return rules.fused_inputs == Choice::kNever    ? InputsFusion::kNever
+         : rules.fused_inputs == Choice::kAlways ? InputsFusion::kAlways
+                                                 : InputsFusion::kAuto;
 }
 
 // The attention kernels of a validated batch whose partials the plan's check passed (p: make_params').
@@ -234,12 +228,13 @@ bool attention_with_inputs(const AttentionBatch& batch, const AttentionInputs& i
   check_partials(plan, partials, partials_bytes);
   attn::Params p = make_params(batch);
   const int tier = dim_tier(batch.head_dim);
-  if (fusion == InputsFusion::kAuto) fusion = auto_fusion();
+  const CudaTuning::Attention& rules = tuning().attention;
+  if (fusion == InputsFusion::kAuto) fusion = auto_fusion(rules);
   bool fuse = plan.decode && batch.tokens == 1 && fusion != InputsFusion::kNever;
   if (fuse) {
     set_decode_fields(p, plan, partials);
-    fuse =
-        fusion == InputsFusion::kAlways || attn::decode_cluster_blocks(p, tier) <= fused_max_cluster_blocks();
+    fuse = fusion == InputsFusion::kAlways ||
+           attn::decode_cluster_blocks(p, tier) <= rules.fused_inputs_max_cluster_blocks;
   }
   if (!fuse) {
     attention_inputs(batch, in, stream);

@@ -101,9 +101,9 @@ struct AttentionInputs {
 // attention_inputs with the jobs `inputs` describes, for the batch's query tokens (q_pos, q_seq, head shape).
 void attention_inputs(const AttentionBatch& batch, const AttentionInputs& inputs, cudaStream_t stream);
 
-// Whether attention_with_inputs may run its two steps as one kernel: kAuto where that is measured faster
-// (attention.cu; LMX_ATTN_FUSED_INPUTS=0|2 turns it into kNever|kAlways), kNever, or kAlways where the kernel
-// can (tests).
+// Whether attention_with_inputs may run its two steps as one kernel: kAuto as the tuning table's
+// attention.fused_inputs says (its rule: where that is measured faster; attention.cu), kNever, or kAlways
+// where the kernel can (tests).
 enum class InputsFusion { kAuto, kNever, kAlways };
 
 // attention_inputs (the jobs above), then attention(batch): for a single-token call on the split-KV path, one

@@ -9,9 +9,11 @@
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/head_norm.cuh"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace lmx::cuda::attn {
@@ -358,11 +360,10 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(Params p) {
   }
 }
 
-// Chunk slots up to which the work items' clusters fold their own chunk states (no combine kernel):
-// LMX_ATTN_CLUSTER_FOLD (0 = never; A/B runs, same bits either way), else kFoldMaxSlots.
+// Chunk slots up to which the work items' clusters fold their own chunk states (no combine kernel): the
+// tuning table's attention.cluster_fold_slots (0 = never; same bits either way), at most kFoldMaxSlots.
 int fold_slot_limit() {
-  static const int limit = static_cast<int>(env_integer("LMX_ATTN_CLUSTER_FOLD", kFoldMaxSlots, 0, kFoldMaxSlots));
-  return limit;
+  return std::min(tuning().attention.cluster_fold_slots, kFoldMaxSlots);
 }
 
 // The split-KV kernel for a head-dim tier; true when its clusters folded the chunk states (then no

@@ -11,6 +11,7 @@
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/head_norm.cuh"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <cuda_bf16.h>
 
@@ -118,9 +119,8 @@ void attention_inputs(const HeadNormJob* jobs, int job_count, int64_t tokens, in
   if (tokens <= 0 || all.total_heads == 0) return;
   LMX_REQUIRE(InvalidArgument, tokens <= 0x7fffffff, "attention_inputs: {} tokens", tokens);
   LMX_REQUIRE(InvalidArgument, heads_per_warp >= 0, "attention_inputs: {} heads per warp", heads_per_warp);
-  // LMX_ATTN_INPUTS_HEADS_PER_WARP=N replaces the automatic choice (A/B runs; the same results).
-  static const int forced = static_cast<int>(env_integer("LMX_ATTN_INPUTS_HEADS_PER_WARP", 0, 1, 1 << 16));
-  if (heads_per_warp == 0) heads_per_warp = forced;
+  // The tuning table's attention.inputs_heads_per_warp replaces the automatic choice (the same results).
+  if (heads_per_warp == 0) heads_per_warp = tuning().attention.inputs_heads_per_warp;
   const int run = heads_per_warp > 0 ? std::min(heads_per_warp, all.total_heads)
                                      : inputs_heads_per_warp(tokens, all.total_heads);
   const int warps = (all.total_heads + run - 1) / run;

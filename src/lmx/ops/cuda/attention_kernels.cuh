@@ -486,8 +486,8 @@ void launch_decode(const Params& p, int dim_tier, cudaStream_t stream);
 // 0.
 int decode_cluster_blocks(const Params& p, int dim_tier);
 // Whether tier dim_tier's prefill runs the wgmma kernel (sm90a/attention_prefill_wgmma.cu: tiers 256 and 512
-// on a device of compute capability 9.0, unless LMX_ATTN_WGMMA=0 in the environment), and its launcher (after
-// the tile list).
+// on a device of compute capability 9.0, where the tuning table's attention.prefill_wgmma is on), and its
+// launcher (after the tile list).
 bool prefill_wgmma_runs(int dim_tier);
 void launch_prefill_wgmma(const Params& p, int dim_tier, cudaStream_t stream);
 // Query rows per prefill work item for a head-dim tier and kernel (the wgmma kernel's items are one

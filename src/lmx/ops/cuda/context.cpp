@@ -2,12 +2,9 @@
 #include "lmx/ops/cuda/context.h"
 
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <fmt/format.h>
-
-#include <charconv>
-#include <cstdlib>
-#include <cstring>
 
 namespace lmx::cuda {
 
@@ -46,25 +43,8 @@ bool CudaContext::capturing() const {
   return status != cudaStreamCaptureStatusNone;
 }
 
-bool env_flag_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 bool pdl_enabled() {
-  static const bool enabled = env_flag_on("LMX_CUDA_PDL");
-  return enabled;
-}
-
-int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  int64_t n = 0;
-  const char* end = v + std::strlen(v);
-  const auto [ptr, ec] = std::from_chars(v, end, n);
-  LMX_REQUIRE(InvalidArgument, ec == std::errc() && ptr == end && n >= min && n <= max,
-              "{}: '{}' is not an integer in [{}, {}]", name, v, min, max);
-  return n;
+  return tuning().launch.pdl;
 }
 
 }  // namespace lmx::cuda

@@ -54,15 +54,8 @@ class CudaContext {
   int scratch_generation_ = 0;
 };
 
-// Whether kernels are launched as programmatic dependent launches (launch.cuh): read once from the
-// environment variable LMX_CUDA_PDL ("0" turns it off); on by default.
+// Whether kernels are launched as programmatic dependent launches (launch.cuh): the current device's tuning
+// table's launch.pdl (tuning.h); on by default.
 bool pdl_enabled();
-
-// An on/off A/B knob from the environment: on unless `name` is set to "0".
-bool env_flag_on(const char* name);
-
-// An integer A/B knob from the environment: `fallback` when `name` is unset or empty; InvalidArgument when
-// it is not a decimal integer in [min, max].
-int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max);
 
 }  // namespace lmx::cuda

@@ -11,6 +11,7 @@
 #include "lmx/ops/cuda/exact.h"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/per_layer_input.h"
+#include "lmx/ops/cuda/tuning.h"
 #include "lmx/ops/weight.h"
 
 #include <cuda_runtime.h>
@@ -143,6 +144,7 @@ struct SideStream {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : ctx_(device) {
+    side_enabled_ = cuda::tuning_for_device(device).moe.routing_stream;
     memory_ = std::make_shared<CudaKvMemory>(device, ctx_.stream());
     LMX_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
   }

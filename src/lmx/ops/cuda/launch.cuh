@@ -14,7 +14,7 @@
 // the next kernel's blocks be scheduled early (they then sit in their own wait); calling it is
 // optional. Both are no-ops when the kernel was launched without the attribute.
 //
-// LMX_CUDA_PDL=0 in the environment launches plainly (stream order only), for A/B measurements.
+// The tuning table's launch.pdl = false launches plainly (stream order only), for A/B measurements.
 #pragma once
 
 #include "lmx/ops/cuda/context.h"

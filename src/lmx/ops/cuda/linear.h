@@ -12,8 +12,6 @@
 #include "lmx/ops/cuda/context.h"
 
 #include <cstdint>
-#include <string_view>
-#include <vector>
 
 namespace lmx::cuda {
 
@@ -49,36 +47,21 @@ struct DeviceQuantized {
 // The bound on |scale| for DeviceQuantized::small_scales (s · 2^133 must stay finite in bf16).
 constexpr float kSmallScaleLimit = 0x1p-5f;
 
-// A per-shape choice of K segments for 4-bit projections (linear_tiles.cuh), for A/B runs: the environment
-// variable LMX_Q4_SEGMENTS="NxK=S[,NxK=S...]" gives every [N, K] 4-bit weight S segments (1..16, at most its
-// 128-column chunks). Other segments give other bits, the same in every kernel of a run. LMX_MOE_SEGMENTS
-// does the same for expert matrices (moe_experts.cu expert_segments).
-struct SegmentOverride {
+// What the batch-1 4-bit GEMV chose for one launch (q4_gemv_plan), for tools that list the shapes a model
+// runs and their plans (bench/cuda/q4_plans.cpp; the shapes to sweep with the tuning table's
+// q4_gemv.shapes). stages 0: the plan does not apply (the generic decode kernel runs).
+struct Q4PlanEvent {
   int64_t n = 0, k = 0;
-  int segments = 0;
-};
-// Parses such a list (empty: none); InvalidArgument naming the knob and the malformed entry.
-std::vector<SegmentOverride> parse_segment_overrides(std::string_view text,
-                                                     std::string_view knob = "LMX_Q4_SEGMENTS");
-// The list in environment variable `knob` (unset: none), parsed as above.
-std::vector<SegmentOverride> segment_overrides_from_env(const char* knob);
-// The segments `overrides` sets for an [n, k] weight, or 0 when it names no such shape; InvalidArgument
-// naming the knob when they exceed `most` (the weight's chunks, or what its kernels hold).
-int segment_override(const std::vector<SegmentOverride>& overrides, std::string_view knob, int64_t n,
-                     int64_t k, int64_t most);
-
-// A per-shape plan of the batch-1 4-bit GEMV (linear_decode_q4.cuh), for A/B runs: the environment variable
-// LMX_Q4_SHAPE_PLAN="NxK=S[/T[/P]][,...]" gives every single [N, K] 4-bit projection (not the MoE's gathered
-// GEMVs) a ring of S chunks (2 or 4), T 16-row tiles per warp (1 or 2) and P blocks per row tile (1 or 2); 0
-// or a missing field keeps the plan's own choice. Every plan gives the same bits.
-struct Q4PlanOverride {
-  int64_t n = 0, k = 0;
+  bool geglu_output = false, gelu_input = false;  // Q4Io::kGegluOutput / kGeluInput
+  int pairs = 1;                                  // gathered GEMVs (the MoE decode) in one grid
   int stages = 0, tiles = 0, split = 0;
+  int segments = 0, max_segment_chunks = 0;
+  int64_t blocks = 0;  // of the grid
 };
-// Parses such a list (empty: none); InvalidArgument naming the knob and the malformed entry.
-std::vector<Q4PlanOverride> parse_q4_plan_overrides(std::string_view text);
-// The list in LMX_Q4_SHAPE_PLAN (unset: none), parsed as above.
-std::vector<Q4PlanOverride> q4_plan_overrides_from_env();
+using Q4PlanObserver = void (*)(const Q4PlanEvent&);
+// Installs `observer` (nullptr: none), called on the host for every batch-1 4-bit GEMV launch (during graph
+// capture too) from the thread that launches it. Not thread-safe against running ops.
+void set_q4_plan_observer(Q4PlanObserver observer);
 
 // out = x · Wᵀ for a dense weight (batch must be 1).
 void dense_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out,
@@ -102,12 +85,10 @@ void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, in
 // out[0, i] = gelu_tanh(gate_i(x)) * up_i(x) for i < I — the bits of quantized_linear into out followed by
 // gelu_tanh_mul into its first I columns; out[0, I, 2I) is left unwritten. The kernel pairs gate rows with
 // the matching up rows in each block, so it applies at batch 1 with 4-bit codes, an even row count and
-// I >= kGegluMinRows (below that its I / 16 blocks leave the GPU short of work: 26B-A4B's I = 2112 ran 2 %
-// slower than the down projection's GeGLU input, E2B's 6144 and E4B's 10240 4-5 % faster). Returns false,
-// having enqueued nothing, when it does not apply.
+// I >= the tuning table's q4_gemv.geglu_min_rows (below that its I / 16 blocks leave the GPU short of work).
+// Returns false, having enqueued nothing, when it does not apply.
 bool quantized_linear_geglu(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
                             CudaContext& ctx);
-constexpr int64_t kGegluMinRows = 4096;
 
 // out[t, :] = dequantized row ids[t] of a quantized [vocab, dim] table, times scale.
 void quantized_embedding(const DeviceQuantized& table, const int32_t* ids, int64_t count, float scale,
@@ -155,13 +136,15 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
 // gate/up, down, combine each), as many tokens each as keep a pass's activations (the gate/up output
 // [pairs, 2I] and the down output [pairs, H], f32) within kMoePassBytes, but at least kMoeMinPassPairs /
 // top_k and at most kMoeMaxPassPairs / top_k, split evenly over the passes that takes. Large passes fill the
-// prefill GEMM's 128-pair tiles: 26B-A4B (128 experts, top 8) has 128 pairs per expert at 2048 tokens in one
-// pass, where passes of 4096 pairs left 32 (26B-A4B prefill +58 % on the H200). Tokens are independent, so
-// passes change no bits. LMX_MOE_PASS_PAIRS=N in the environment makes passes of at most N pairs instead (A/B
-// runs; 4096 was the fixed size before).
+// prefill GEMM's 128-pair tiles: 128 experts at top 8 have 128 pairs per expert at 2048 tokens in one pass,
+// where passes of 4096 pairs left 32 (26B-A4B prefill +58 % on the H200). Tokens are independent, so passes
+// change no bits. The tuning table's moe.pass_pairs = N makes passes of at most N pairs instead (4096 was the
+// fixed size before).
 constexpr int64_t kMoePassBytes = int64_t{512} << 20;
 constexpr int64_t kMoeMinPassPairs = 4096, kMoeMaxPassPairs = 32768;
 int64_t moe_pass_tokens(int64_t tokens, int top_k, int64_t hidden, int64_t inter);
+// The same rule with `pass_pairs` in place of the table's (0: by activation bytes).
+int64_t moe_pass_tokens(int64_t tokens, int top_k, int64_t hidden, int64_t inter, int64_t pass_pairs);
 // Same for dense experts: gate_up [E, 2I, H] (first I rows gate, next I rows up), down [E, H, I].
 void dense_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
                        int top_k, const DeviceDense& gate_up, const DeviceDense& down, float* out,

@@ -15,15 +15,15 @@
 // - x is converted once per warp into shared memory as the lane-ordered bf16 pairs of its mma B fragments
 //   (256 bytes per 128-column chunk; lanes of equal c read the same 64 bytes, a broadcast);
 // - each warp runs kTiles independent mma chains (16-row tiles) that share the x fragment: one (16 rows
-//   per block), two for matrices taller than 16384 rows or of at least 4096 rows of 4096-8192 columns
-//   (q4_gemv_plan); weight rows past n read row n - 1 (valid addresses; never stored);
+//   per block), two for very tall matrices or at least 4096 rows of 4096-8192 columns (q4_gemv_plan, by the
+//   tuning table's q4_gemv rules); weight rows past n read row n - 1 (valid addresses; never stored);
 // - the ragged last chunk of K, if any, uses the generic predicated register loads;
 // - with Q4Io::kGeluInput the input is gelu_tanh(x) * x_up, formed while staging (the GeGLU before a down
 //   projection: one kernel instead of two, and the same f32 values the gelu_tanh_mul op writes);
 // - with Q4Io::kGegluOutput the weight is a stacked [gate; up] projection (2I rows): a block's tile 0 holds
 //   gate rows 16 b .. 16 b + 15 and its tile 1 the up rows I + 16 b .., and the block writes gelu_tanh(gate)
 //   * up for its 16 rows into out[0, I) (the gelu_tanh_mul op's bits on the projection's bits). The GeGLU is
-//   then formed once, not by every block of the down projection that reads it (160 times for E4B).
+//   then formed once, not by every block of the down projection that reads it (160 times for 2560 rows).
 // - with Q4Pairs (the MoE decode, moe_experts.cu) blockIdx.z is a (token, slot) pair: the weight is its
 //   expert's matrix of a stack, x and out its rows; a pair's outputs are the plain projection's bits.
 // Shared memory: the segment partials ([segments][16 kTiles] f32), then per warp: the weight ring
@@ -48,25 +48,18 @@ constexpr int kGemvMaxSmem = 227 * 1024;  // the H100/H200 per-block opt-in limi
 // warp (the block's weight rows are 16 * tiles) and the blocks a row tile's segments are split over
 // (`split` = 2: a cluster of two blocks, the second handing its segment sums to the first through
 // distributed shared memory — twice the blocks for matrices of few row tiles, the same sums in the same
-// order).
+// order), and how its warps copy the scale windows.
 struct Q4GemvPlan {
   int stages = 0;  // 0: the kernel does not apply
   int tiles = 2;
   int split = 1;
+  int window_shift = 0;  // lanes per row of the scale-window copy (q4_window_shift)
 };
 
 // Row blocks of q4_gemv_kernel (grid y): 16 * tiles weight rows each, or 16 gate and 16 up rows (geglu).
 __host__ __device__ inline int64_t q4_gemv_row_blocks(const Problem& p, int tiles, bool geglu) {
   return geglu ? (p.n / 2 + 15) / 16 : (p.n + 16 * tiles - 1) / (16 * tiles);
 }
-// Row block counts for which the plan splits each row tile over two blocks: between one and two per SM
-// of an H200 (132 SMs), where one wave leaves SMs with one block idle while others run two. Measured
-// (same-run A/Bs on the H200, 2026-11-30): E4B's 160-block projections +3.7 % decode; E2B's 96 blocks -0.8 %
-// (not split); 26B-A4B's 176, neutral.
-constexpr int64_t kSplitRowBlocksFrom = 132, kSplitRowBlocksBelow = 264;
-// Chunks per segment from which a grid of fewer than kSplitRowBlocksFrom blocks (one wave, at most one block
-// per SM) runs a ring of 4 chunks instead of 2 (q4_gemv_plan).
-constexpr int kDeepRingMinChunks = 4;
 
 // Warps per block of q4_gemv_kernel: the segments of a row tile over `split` blocks.
 __host__ __device__ inline int q4_gemv_warps(const Problem& p, int split) {
@@ -111,13 +104,14 @@ inline size_t q4_gemv_smem_bytes(const Problem& p, int stages, int tiles, int sp
          static_cast<size_t>(q4_gemv_warps(p, split)) * q4_gemv_layout(p, stages, tiles).warp_bytes();
 }
 
-// The plan for this problem (quantized_gemv.cu; stages 0: the kernel does not apply, the generic decode
-// kernel runs, without x_up). The tiles only decide which warp computes which rows, so every plan gives
-// the same bits. LMX_Q4_STAGES=2|4, LMX_Q4_TILES=1|2 and LMX_Q4_SPLIT=1|2 in the environment force a
-// choice, for A/B measurements. `geglu` (Q4Io::kGegluOutput): 2 tiles and an even row count, else stages 0.
-// pair_count: the gathered GEMVs of that many pairs (Q4Pairs) run in one grid.
-// LMX_Q4_SHAPE_PLAN (linear.h) sets the plan of single [N, K] projections (A/B runs).
-Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu = false, int pair_count = 1);
+// The plan for this problem by the rules of `rules` (the tuning table's q4_gemv; quantized_gemv.cu; stages 0:
+// the kernel does not apply, the generic decode kernel runs, without x_up). The tiles only decide which warp
+// computes which rows, so every plan gives the same bits. The table's stages, tiles and split force a choice
+// for every shape, its shapes entries for single [N, K] projections (pair_count 1). `geglu`
+// (Q4Io::kGegluOutput): 2 tiles and an even row count, else stages 0. pair_count: the gathered GEMVs of that
+// many pairs (Q4Pairs) run in one grid.
+Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu = false, int pair_count = 1,
+                        const CudaTuning::Q4Gemv& rules = tuning().q4_gemv);
 
 inline bool q4_gemv_applies(const Problem& p) {
   return q4_gemv_plan(p).stages > 0;
@@ -160,10 +154,10 @@ struct Q4Pairs {
 
 // Lanes per row of q4_gemv_kernel's scale and bias window copy, as a shift (2^shift lanes, from 32 / rows to
 // 32): two lanes per row for 16-row blocks (each lane's row offsets computed once; E4B decode +2.2 % with
-// 4-byte words, H200, 2026-11-30), else the power of two that covers a row's window blocks, so
-// that a warp's copy reads whole rows (coalesced). LMX_Q4_WINDOW_LANES=1|2|..|32 forces a lane count (A/B
-// runs; at least 32 / rows).
-int q4_window_shift(int rows, int blocks);
+// 4-byte words, H200, 2026-11-30), else the power of two that covers a row's window blocks, so that a warp's
+// copy reads whole rows (coalesced). forced_lanes (the tuning table's q4_gemv.window_lanes; 0: the rule)
+// forces a lane count (at least 32 / rows).
+int q4_window_shift(int rows, int blocks, int forced_lanes);
 
 // x_up, pairs and window_shift are parameters of their own, not Problem fields (a larger Problem cost
 // registers in an earlier, register-fed version of this kernel).

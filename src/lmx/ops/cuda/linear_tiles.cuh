@@ -26,6 +26,7 @@
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/quant_codes.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,6 +39,7 @@ namespace lmx::cuda::linear {
 
 constexpr int kChunk = 128;        // K columns per chunk (8 mma steps)
 constexpr int kMaxSegments = 16;   // decode block = 32 * segments threads
+static_assert(kMaxSegments == kTuningMaxSegments, "the tuning table checks segments against kMaxSegments");
 // x rows up to which linear::run uses the decode kernel (measured on the H200: from 33 rows the 128 x 128
 // prefill tile is faster for every format on N >= 4096; both kernels give the same bits).
 constexpr int kDecodeMaxRows = 32;
@@ -79,7 +81,8 @@ struct Problem {
 // or the device), so results do not depend on either. Target warps measured on the H200 at batch 1:
 // 4096 for 4-bit weights (the batch-1 kernel runs 32 rows per warp), 2048 for the others (more
 // segments slowed 8-bit and bf16 by up to 30 %). target_warps > 0 replaces that target; with
-// one_segment_tiles > 0, matrices of at least that many 16-row tiles get one segment (A/B runs).
+// one_segment_tiles > 0, matrices of at least that many 16-row tiles get one segment (4-bit weights take
+// both from the tuning table's linear.q4_target_warps and linear.q4_one_segment_tiles).
 inline int linear_segments(int64_t n, int64_t k, int bits, int64_t target_warps = 0, int64_t one_segment_tiles = 0) {
   const int64_t chunks = (k + kChunk - 1) / kChunk;
   const int64_t tiles = (n + 15) / 16;
@@ -92,10 +95,10 @@ inline int linear_segments(int64_t n, int64_t k, int bits, int64_t target_warps 
 }
 
 // Chunks per segment that a 4-bit gate_up pair (DeviceQuantized::gate_up_pair) keeps at least, where
-// linear_segments would cut shorter ones. Measured on the H200 at batch 1 (same-run A/Bs, 2026-11-30):
-// E2B's double-wide 24576 x 1536 GeGLU at 2 segments instead of 3, +5.8 % decode; 26B-A4B's 4224 x 2816 at 4
-// instead of 11, +1.4 %; E4B's 20480 x 2560 best at its 3 already (2: -2.3 %). Plain projections of few rows
-// want the opposite (a minimum of 4 chunks for every weight lost 2 % on E4B).
+// linear_segments would cut shorter ones. Measured on the H200 at batch 1 (same-run A/Bs, 2026-11-30): a
+// 24576 x 1536 pair (E2B's double-wide GeGLU) at 2 segments instead of 3, +5.8 % decode; a 4224 x 2816 pair
+// (26B-A4B's) at 4 instead of 11, +1.4 %; a 20480 x 2560 pair (E4B's) best at its 3 already (2: -2.3 %).
+// Plain projections of few rows want the opposite (a minimum of 4 chunks for every weight lost 2 % on E4B).
 constexpr int kPairMinChunks = 5;
 
 __host__ __device__ __forceinline__ int segment_begin(int s, int segments, int chunks) {
@@ -1132,14 +1135,22 @@ void launch_prefill(const Problem& p, uint32_t* xp, cudaStream_t stream, const X
 // The prefill kernel on Hopper's warpgroup MMA (sm90a/prefill_wgmma.cu): the same tiles, operands, k steps
 // and segment sums as linear_prefill_kernel, so the same bits (wgmma chains give mma.sync's bits:
 // bench/cuda/wgmma_probe.cu); xp already prepared. False (nothing enqueued) when it does not apply: a weight
-// format other than kQ4, a device other than sm_90 (the kernel is sm_90a code), or LMX_PREFILL_WGMMA=0 in
-// the environment (A/B runs).
+// format other than kQ4, a device other than sm_90 (the kernel is sm_90a code), or the tuning table's
+// prefill.wgmma off.
 bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChunks& grouped, int64_t grid_x,
                           cudaStream_t stream);
 // The most rows a grouped prefill chunk may hold for the stack of p (sm90a/prefill_wgmma.cu): kWideChunkRows
-// where the wgmma kernel runs p (4-bit codes with bf16 scales on sm_90), else kTileM.
-// LMX_PREFILL_WIDE_CHUNKS=0 in the environment says kTileM (A/B runs).
+// where the wgmma kernel runs p (4-bit codes with bf16 scales on sm_90) and the tuning table's
+// prefill.wide_chunks is on, else kTileM.
 int prefill_chunk_rows(const Problem& p);
+// The grid order of a prefill launch over grid_x x tiles (quantized_gemm.cu; PrefillChunks::rows_first) by
+// the tuning table's prefill.rows_first (kAuto: the rule there).
+bool prefill_rows_first(const Problem& p, bool grouped, int64_t grid_x, Choice rule);
+// The wgmma kernel's x tile height for a plain launch over grid_x 128-row tiles on a device of `sms` SMs
+// (sm90a/prefill_wgmma.cu): the 32-row tiles it takes (prefill.short_tiles), else the 96-row tiles
+// (prefill.narrow_tiles, narrow_tile_cost), each 0 where the rule keeps 128-row tiles.
+int64_t prefill_short_tiles(const Problem& p, int64_t grid_x, int64_t sms, const CudaTuning::Prefill& rules);
+int64_t prefill_narrow_tiles(const Problem& p, int64_t grid_x, int64_t sms, const CudaTuning::Prefill& rules);
 // The MoE's grouped prefill (quantized_gemm.cu): p.weight a stack of p.n-row experts, p.m the pair rows,
 // x rows gathered by `rows` into xp, then the prefill kernel over up to max_chunks chunks of `grouped`
 // (each up to grouped.chunk_rows rows of one expert); out rows are pair rows.
@@ -1148,11 +1159,12 @@ void launch_prefill_grouped(const Problem& p, const XRows& rows, const PrefillCh
 // A quantized weight's problem (quantized_linear.cu): the weight format from its bits and the alignment of
 // its codes (FormatQ4 / FormatQ8 for 16-byte aligned 4- and 8-bit codes, else FormatPacked), its fields,
 // x [m, k] with row stride x_stride and out with out_stride; the derived fields are left to complete().
-// For a stack (w.batch > 1), n is the rows of one matrix.
+// For a stack (w.batch > 1), n is the rows of one matrix. `table`: the tuning table (linear.small_scales).
 Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
-                          int64_t out_stride);
-// Fills in the derived fields (chunks, segments, x_vec4; quantized_linear.cu). Needs p.n, p.k, p.m > 0.
-void complete(Problem& p);
+                          int64_t out_stride, const CudaTuning& table = tuning());
+// Fills in the derived fields (chunks, segments, x_vec4; quantized_linear.cu) by the tuning table's
+// segment rules. Needs p.n, p.k, p.m > 0.
+void complete(Problem& p, const CudaTuning& table = tuning());
 // complete(), then the decode or the prefill path.
 void run(Problem p, CudaContext& ctx);
 // The prefill path of a completed problem: x prepared into the context's scratch (`rows`: launch_prefill's),

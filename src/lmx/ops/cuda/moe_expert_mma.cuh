@@ -18,25 +18,27 @@
 
 #include "lmx/ops/cuda/linear_tiles.cuh"
 #include "lmx/ops/cuda/moe_experts.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 namespace lmx::cuda::moe {
 
 // Segments per block at most: 8 warps (expert_segments), so that the kernel may use more than 128
 // registers (the 8-bit and packed formats spill at 128).
 constexpr int kMaxExpertSegments = 8;
+static_assert(kMaxExpertSegments == kTuningMaxExpertSegments,
+              "the tuning table checks moe.segments against it");
 
-// Segments of K for a projection of n_out rows over k columns (moe_experts.cu): ~512 warps per (pair,
-// projection) — 8 pairs of a decode step then run ~4096 warps, as the dense 4-bit decode does — at least
-// kExpertSegmentMinChunks chunks each, at most kExpertSegmentsMost. A function of the weights only (never of
-// the tokens). Fewer, longer segments cost the decode GEMVs parallelism and save the prefill GEMM a drain of
-// its wgmma pipeline per segment; the two limits are measured on 26B-A4B (H200 A/Bs, 2026-12-01, seventeenth
-// pass: down 704 → 2816 in 2 segments instead of 3, gate/up 2816 → 1408 in 3 instead of 6: decode +2 %,
-// prefill +2 %). LMX_MOE_TARGET_WARPS in the environment replaces the 512, and LMX_MOE_SEGMENTS="NxK=S,…"
-// sets the segments of [N, K] expert matrices (A/B runs; other segments, other bits, the same in every
-// kernel).
+// Segments of K for a projection of n_out rows over k columns (moe_experts.cu): ~rules.target_warps (512)
+// warps per (pair, projection) — 8 pairs of a decode step then run ~4096 warps, as the dense 4-bit decode
+// does — at least kExpertSegmentMinChunks chunks each, at most kExpertSegmentsMost; rules.segments sets the
+// segments of listed [N, K] expert matrices instead. A function of the weights and the tuning table only
+// (never of the tokens); other segments give other bits, the same in every kernel. Fewer, longer segments
+// cost the decode GEMVs parallelism and save the prefill GEMM a drain of its wgmma pipeline per segment; the
+// two limits are measured on 26B-A4B (H200 A/Bs, 2026-12-01, seventeenth pass: down 704 → 2816 in 2
+// segments instead of 3, gate/up 2816 → 1408 in 3 instead of 6: decode +2 %, prefill +2 %).
 constexpr int kExpertSegmentMinChunks = 3;
 constexpr int kExpertSegmentsMost = 3;
-int expert_segments(int64_t n_out, int64_t k);
+int expert_segments(int64_t n_out, int64_t k, const CudaTuning::Moe& rules = tuning().moe);
 
 // Pairs per chunk of expert_mma_kernel (one mma column tile).
 constexpr int kExpertMmaPairs = 8;

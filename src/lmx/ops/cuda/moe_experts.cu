@@ -19,10 +19,11 @@
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
-#include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear.h"
+#include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/moe_expert_mma.cuh"
 #include "lmx/ops/cuda/moe_experts.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <cooperative_groups.h>
 
@@ -133,12 +134,11 @@ __global__ void __launch_bounds__(kGroupThreads)
   cluster.sync();  // no block leaves while another may still read its counts
 }
 
-// group_pairs_kernel on a cluster of one block per 2048 pairs, at most kGroupBlocks. LMX_MOE_GROUP_BLOCKS=N
-// in the environment sets the blocks (A/B runs; any count gives the same chunks and, per expert, the same set
-// of rows).
+// group_pairs_kernel on a cluster of one block per 2048 pairs, at most kGroupBlocks; the tuning table's
+// moe.group_blocks sets the blocks (any count gives the same chunks and, per expert, the same set of rows).
 void launch_group_pairs(const int32_t* experts, int pairs, int num_experts, int m_tile, int4* chunks,
                         int* chunk_count, int32_t* sorted_pair, int32_t* row_of, cudaStream_t stream) {
-  static const int forced = static_cast<int>(env_integer("LMX_MOE_GROUP_BLOCKS", 0, 0, kGroupBlocks));
+  const int forced = std::min(tuning().moe.group_blocks, kGroupBlocks);
   const int blocks = forced > 0 ? forced : std::clamp((pairs + 2047) / 2048, 1, kGroupBlocks);
   const size_t smem = sizeof(int) * 4 * static_cast<size_t>(num_experts);
   // Per call (cheap, host-side), as launch_prefill_tiles does, so that every device the process uses gets it.
@@ -163,20 +163,6 @@ int choose_m_tile(int64_t tokens, int64_t pairs, int num_experts, bool tensor_co
 // used.
 int64_t chunk_bound(int64_t pairs, int m_tile, int num_experts) {
   return std::min(pairs, pairs / m_tile + std::min<int64_t>(num_experts, pairs));
-}
-
-// Whether the grouped gate/up projection's x preparation runs per token row, storing each prepared row to its
-// top_k pair rows (XRows::scatter), rather than per pair row, reading its token's row (XRows::map; top_k
-// reads of every token row). Same xp rows either way. LMX_PREFILL_SCATTER=0 in the environment: per pair row
-// (A/B runs).
-bool scatter_enabled() {
-  static const bool enabled = env_flag_on("LMX_PREFILL_SCATTER");
-  return enabled;
-}
-
-int64_t target_warps() {
-  static const int64_t target = env_integer("LMX_MOE_TARGET_WARPS", 512, 1, 65536);
-  return target;
 }
 
 size_t align256(size_t bytes) {
@@ -305,14 +291,13 @@ void check_shared_args(int64_t tokens, int top_k, int64_t num_experts, const cha
 
 namespace moe {
 
-int expert_segments(int64_t n_out, int64_t k) {
+int expert_segments(int64_t n_out, int64_t k, const CudaTuning::Moe& rules) {
   const int64_t chunks = (k + linear::kChunk - 1) / linear::kChunk;
-  static const std::vector<SegmentOverride> overrides = segment_overrides_from_env("LMX_MOE_SEGMENTS");
-  const int forced = segment_override(overrides, "LMX_MOE_SEGMENTS", n_out, k,
-                                      std::min<int64_t>(chunks, kMaxExpertSegments));
-  if (forced > 0) return forced;
+  const int set = shape_segments(rules.segments, "cuda.moe.segments", n_out, k,
+                                 std::min<int64_t>(chunks, kMaxExpertSegments));
+  if (set > 0) return set;
   const int64_t tiles = (n_out + 15) / 16;
-  int64_t s = (target_warps() + tiles / 2) / tiles;
+  int64_t s = (rules.target_warps + tiles / 2) / tiles;
   s = std::min(s, chunks / kExpertSegmentMinChunks);
   s = std::min<int64_t>(s, kExpertSegmentsMost);
   return static_cast<int>(std::max<int64_t>(s, 1));
@@ -321,11 +306,15 @@ int expert_segments(int64_t n_out, int64_t k) {
 }  // namespace moe
 
 int64_t moe_pass_tokens(int64_t tokens, int top_k, int64_t hidden, int64_t inter) {
+  return moe_pass_tokens(tokens, top_k, hidden, inter, tuning().moe.pass_pairs);
+}
+
+int64_t moe_pass_tokens(int64_t tokens, int top_k, int64_t hidden, int64_t inter, int64_t pass_pairs) {
   if (tokens <= 1) return std::max<int64_t>(tokens, 1);
   const int64_t pair_bytes = static_cast<int64_t>(sizeof(float)) * (2 * inter + hidden);
-  static const int64_t forced = env_integer("LMX_MOE_PASS_PAIRS", 0, 1, int64_t{1} << 24);
-  const int64_t pairs =
-      forced > 0 ? forced : std::clamp(kMoePassBytes / pair_bytes, kMoeMinPassPairs, kMoeMaxPassPairs);
+  const int64_t pairs = pass_pairs > 0
+                            ? pass_pairs
+                            : std::clamp(kMoePassBytes / pair_bytes, kMoeMinPassPairs, kMoeMaxPassPairs);
   const int64_t most = std::max<int64_t>(1, pairs / top_k);
   const int64_t passes = (tokens + most - 1) / most;
   return (tokens + passes - 1) / passes;  // equal passes (the last one at most passes - 1 tokens shorter)
@@ -388,7 +377,10 @@ void quantized_moe_experts(const float* x, int64_t tokens, const int32_t* expert
       // (gate/up: the pairs' token rows, each token's row prepared once and stored to its top_k pair rows;
       // down: the GeGLU of each pair's gate/up row) into bf16 tiles.
       linear::XRows rows;
-      if (!is_down && scatter_enabled())
+      // The grouped gate/up projection's x preparation per token row, storing each prepared row to its top_k
+      // pair rows (XRows::scatter; the tuning table's moe.prefill_scatter), else per pair row, reading its
+      // token's row (XRows::map; top_k reads of every token row). Same xp rows either way.
+      if (!is_down && tuning().moe.prefill_scatter)
         rows.scatter = p.row_of;
       else if (!is_down)
         rows.map = p.sorted_pair;

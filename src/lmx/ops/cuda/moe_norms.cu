@@ -9,6 +9,7 @@
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/moe_experts.cuh"
 #include "lmx/ops/cuda/norm_rope_math.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -234,7 +235,8 @@ __global__ void combine_norms_row_kernel(const moe::CombineParams p, const MoeOu
   combine_norms_row<V>(p, norms, schedule);
 }
 // The same with at most 40 registers per thread, so that two blocks of up to 768 threads are resident per SM
-// (a block of 704 threads at 52 registers kept one row in flight per SM).
+// (a block of 704 threads at 52 registers kept one row in flight per SM); the tuning table's
+// moe.combine_capped chooses it.
 template <typename V>
 __global__ void __maxnreg__(40)
     combine_norms_row_capped_kernel(const moe::CombineParams p, const MoeOutputNorms norms, int schedule) {
@@ -247,7 +249,7 @@ void launch_combine_norms(const moe::CombineParams& p, const MoeOutputNorms& nor
   const detail::RowNormLaunch l = detail::row_norm_launch(p.tokens, static_cast<int>(p.hidden), n);
   if (l.block && n <= 1024) {
     const int threads = std::max(l.threads, (n + 31) / 32 * 32);
-    static const bool capped = env_integer("LMX_COMBINE_CAPPED", 1, 0, 1) == 1;
+    const bool capped = tuning().moe.combine_capped;
     launch(capped ? combine_norms_row_capped_kernel<V> : combine_norms_row_kernel<V>, l.grid, threads,
            2 * sizeof(V) * static_cast<size_t>(n), stream, p, norms, l.threads);
     return;

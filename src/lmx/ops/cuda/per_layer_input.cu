@@ -24,6 +24,7 @@
 #include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/norm_rope_math.cuh"
 #include "lmx/ops/cuda/per_layer_input.h"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <cooperative_groups.h>
 
@@ -316,12 +317,12 @@ bool tiles_apply(const Problem& w) {
 }  // namespace
 
 bool per_layer_input_step(const PerLayerInputStep& s, CudaContext& ctx) {
-  static const bool enabled = env_flag_on("LMX_PLE_FUSED");
-  // A/B knobs: the cluster size (8 or 16: only that one is tried) and the most warps per block.
-  static const int forced_blocks = static_cast<int>(env_integer("LMX_PLE_CLUSTER", 0, 0, 16));
-  static const int most_warps = static_cast<int>(env_integer("LMX_PLE_WARPS", kMaxWarps, 1, kMaxWarps));
-  LMX_REQUIRE(InvalidArgument, forced_blocks == 0 || forced_blocks == 8 || forced_blocks == 16,
-              "LMX_PLE_CLUSTER: {} is not 8 or 16", forced_blocks);
+  // The tuning table: the fused kernel on or off, its cluster size (8 or 16: only that one is tried; 0: the
+  // largest that fits) and the most warps per block.
+  const CudaTuning& table = tuning();
+  const CudaTuning::PerLayerInput& rules = table.per_layer_input;
+  const int forced_blocks = rules.cluster_blocks;
+  const int most_warps = std::min(rules.max_warps, kMaxWarps);
   LMX_REQUIRE(InvalidArgument,
               s.gate != nullptr && s.projection != nullptr && s.x != nullptr && s.mlp_out != nullptr &&
                   s.layer_input != nullptr,
@@ -331,17 +332,17 @@ bool per_layer_input_step(const PerLayerInputStep& s, CudaContext& ctx) {
                   s.projection->cols == s.width,
               "per_layer_input_step: gate [{}, {}] and projection [{}, {}] do not match dim {} and width {}",
               s.gate->rows, s.gate->cols, s.projection->rows, s.projection->cols, s.dim, s.width);
-  if (!enabled || s.dim % kChunk != 0 || s.width % kChunk != 0) return false;
+  if (!rules.fused || s.dim % kChunk != 0 || s.width % kChunk != 0) return false;
   const int norm_threads = residual_norm_float4_threads(s.dim);
   if (norm_threads == 0 || norm_threads > 32 * kMaxWarps) return false;
   if (!detail::aligned16_or_null(
           {s.x, s.mlp_out, s.mlp_out_norm, s.layer_input, s.projection_norm, s.next_normed, s.next_norm}))
     return false;
   Params p{};
-  p.gate = linear::quantized_problem(s.x, s.dim, 1, *s.gate, nullptr, s.width);
-  p.proj = linear::quantized_problem(s.x, s.width, 1, *s.projection, nullptr, s.dim);
-  linear::complete(p.gate);
-  linear::complete(p.proj);
+  p.gate = linear::quantized_problem(s.x, s.dim, 1, *s.gate, nullptr, s.width, table);
+  p.proj = linear::quantized_problem(s.x, s.width, 1, *s.projection, nullptr, s.dim, table);
+  linear::complete(p.gate, table);
+  linear::complete(p.proj, table);
   if (!tiles_apply(p.gate) || !tiles_apply(p.proj) || p.gate.scale_dtype != p.proj.scale_dtype ||
       p.gate.small_scales != p.proj.small_scales)
     return false;

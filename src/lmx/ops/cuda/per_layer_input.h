@@ -33,8 +33,8 @@ struct PerLayerInputStep {
 // forms the first residual step itself, projects its gate rows, hands them to every block of the cluster,
 // projects its rows of the projection, and hands those to the first block, which takes the second step.
 // It applies to 4-bit codes of one format (scale dtype and small_scales alike) with dim and width multiples
-// of 128, 16-byte aligned operands, and a dim whose residual_norm runs the float4 kernel; LMX_PLE_FUSED=0
-// turns it off (A/B runs). Returns false, having enqueued nothing, when it does not apply.
+// of 128, 16-byte aligned operands, and a dim whose residual_norm runs the float4 kernel, where the tuning
+// table's per_layer_input.fused is on. Returns false, having enqueued nothing, when it does not apply.
 bool per_layer_input_step(const PerLayerInputStep& step, CudaContext& ctx);
 
 }  // namespace lmx::cuda

@@ -5,6 +5,7 @@
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 namespace lmx::cuda::linear {
 namespace {
@@ -17,22 +18,6 @@ void prefill_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& g
                        grouped, grid_x, stream);
 }
 
-// The grid order of a prefill launch (PrefillChunks::rows_first): whichever operand a sweep re-reads should
-// be the one that stays in L2. x-first re-reads every x tile once per weight row tile, rows-first every
-// weight tile once per x tile, so rows-first when the prepared x is the larger (E4B's down projection from
-// ~600 tokens) and always for the MoE's grouped launches, whose chunks each read only their expert's weights
-// (26B-A4B at 2048 tokens: 92 MB of prepared x for the experts' gate/up, 1.4 GB read from DRAM x-first;
-// measured on the H200, 2026-12-01). Grid y holds at most 65535 tiles. LMX_PREFILL_ROWS_FIRST=0|1 in the
-// environment forces an order (A/B runs).
-bool prefill_rows_first(const Problem& p, bool grouped, int64_t grid_x) {
-  static const int64_t forced = env_integer("LMX_PREFILL_ROWS_FIRST", -1, 0, 1);  // -1: unset
-  if (grid_x > 65535) return false;
-  if (forced >= 0) return forced == 1;
-  const int64_t x_bytes = static_cast<int64_t>(prefill_scratch_bytes(p));
-  const int64_t weight_bytes = p.n * p.row_words * 4;
-  return grouped || x_bytes > weight_bytes;
-}
-
 template <class F>
 void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChunks& chunk_table,
              int64_t grid_x, cudaStream_t stream) {
@@ -41,7 +26,8 @@ void prefill(const Problem& p, uint32_t* xp, const XRows& rows, const PrefillChu
   launch(prepare_x_kernel<F>, dim3(static_cast<unsigned>((units + 255) / 256)), 256, 0, stream, p.x,
          p.x_stride, p.k, p.chunks, xp, rows, units);
   PrefillChunks grouped = chunk_table;  // with the grid order decided here
-  grouped.rows_first = prefill_rows_first(p, chunk_table.chunks != nullptr, grid_x);
+  grouped.rows_first =
+      prefill_rows_first(p, chunk_table.chunks != nullptr, grid_x, tuning().prefill.rows_first);
   if (launch_prefill_wgmma(p, xp, grouped, grid_x, stream)) return;
   LMX_REQUIRE(
       Error, grouped.chunks == nullptr || grouped.chunk_rows <= kTileM,
@@ -60,6 +46,21 @@ void prefill_any(const Problem& p, uint32_t* xp, const XRows& rows, const Prefil
 }
 
 }  // namespace
+
+// Whichever operand a sweep re-reads should be the one that stays in L2: x-first re-reads every x tile once
+// per weight row tile, rows-first every weight tile once per x tile, so the rule takes rows-first when the
+// prepared x is the larger (a 2560 x 10240 projection from ~600 rows) and always for the MoE's grouped
+// launches, whose chunks each read only their expert's weights (26B-A4B, 128 experts at top 8, at 2048 tokens:
+// 92 MB of prepared x for the experts' gate/up, 1.4 GB read from DRAM x-first; measured on the H200,
+// 2026-12-01).
+// Grid y holds at most 65535 tiles, whatever the choice.
+bool prefill_rows_first(const Problem& p, bool grouped, int64_t grid_x, Choice rule) {
+  if (grid_x > 65535) return false;
+  if (rule != Choice::kAuto) return rule == Choice::kAlways;
+  const int64_t x_bytes = static_cast<int64_t>(prefill_scratch_bytes(p));
+  const int64_t weight_bytes = p.n * p.row_words * 4;
+  return grouped || x_bytes > weight_bytes;
+}
 
 size_t prefill_scratch_bytes(const Problem& p) {
   return static_cast<size_t>(p.m) * static_cast<size_t>(p.chunks) * kChunk * 2;

@@ -8,17 +8,10 @@
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
-#include <fmt/format.h>
-
-#include <algorithm>
+#include <atomic>
 #include <cstdint>
-#include <initializer_list>
-#include <mutex>
-#include <set>
-#include <string>
-#include <tuple>
-#include <vector>
 
 namespace lmx::cuda::linear {
 namespace {
@@ -42,7 +35,8 @@ struct Q4Call {
 // q4_gemv_kernel for one plan; the shared-memory opt-in per call (cheap, host-side), so that every device
 // the process uses gets it.
 template <class F, Q4Io kIo, int kStages, int kTiles>
-void launch_gemv_q4(const Problem& p, const Q4Call& call, int split, cudaStream_t stream) {
+void launch_gemv_q4(const Problem& p, const Q4Call& call, const Q4GemvPlan& plan, cudaStream_t stream) {
+  const int split = plan.split;
   const int64_t row_blocks = q4_gemv_row_blocks(p, kTiles, kIo == Q4Io::kGegluOutput);
   const dim3 grid(static_cast<unsigned>(split), static_cast<unsigned>(row_blocks),
                   static_cast<unsigned>(call.pair_count));
@@ -52,17 +46,16 @@ void launch_gemv_q4(const Problem& p, const Q4Call& call, int split, cudaStream_
   if (smem > 48 * 1024)
     LMX_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const int window_shift = q4_window_shift(16 * kTiles, q4_window_blocks(p));
   launch_clustered(kernel, grid, threads, smem, stream, static_cast<unsigned>(split), p, call.x_up,
-                   call.pairs, window_shift);
+                   call.pairs, plan.window_shift);
 }
 
 template <class F, Q4Io kIo, int kTiles>
 void gemv_q4_staged(const Problem& p, const Q4Call& call, const Q4GemvPlan& plan, cudaStream_t stream) {
   if (plan.stages == 2)
-    launch_gemv_q4<F, kIo, 2, kTiles>(p, call, plan.split, stream);
+    launch_gemv_q4<F, kIo, 2, kTiles>(p, call, plan, stream);
   else
-    launch_gemv_q4<F, kIo, 4, kTiles>(p, call, plan.split, stream);
+    launch_gemv_q4<F, kIo, 4, kTiles>(p, call, plan, stream);
 }
 
 template <class F, Q4Io kIo>
@@ -77,29 +70,25 @@ void gemv_q4_planned(const Problem& p, const Q4Call& call, const Q4GemvPlan& pla
   }
 }
 
-// LMX_Q4_PLAN_LOG=1: every distinct batch-1 4-bit launch (shape, kind, pairs) prints its plan once to stderr
-// — the shapes a model runs, to sweep with LMX_Q4_SHAPE_PLAN (scripts/plan_sweep_gpu.sh).
-void log_plan_once(const Problem& p, const Q4Call& call, bool geglu, const Q4GemvPlan& plan) {
-  static const bool enabled = env_integer("LMX_Q4_PLAN_LOG", 0, 0, 1) != 0;
-  if (!enabled) return;
-  const bool gelu_input = call.x_up != nullptr;
-  static std::mutex mutex;
-  static std::set<std::tuple<int64_t, int64_t, bool, bool, int>> seen;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (!seen.emplace(p.n, p.k, geglu, gelu_input, call.pair_count).second) return;
-  }
-  const int64_t blocks = q4_gemv_row_blocks(p, plan.tiles, geglu) * plan.split * call.pair_count;
-  fmt::print(stderr, "lmx: q4 plan {}x{}{}{}: ", p.n, p.k,
-             geglu        ? " (GeGLU output)"
-             : gelu_input ? " (GeGLU input)"
-                          : "",
-             call.pair_count > 1 ? fmt::format(", {} pairs", call.pair_count) : std::string());
-  if (plan.stages == 0)
-    fmt::print(stderr, "not applicable (the generic kernel runs)\n");
-  else
-    fmt::print(stderr, "ring {}, tiles {}, split {}, {} segments of <= {} chunks, {} blocks\n", plan.stages,
-               plan.tiles, plan.split, p.segments, q4_max_segment_chunks(p), blocks);
+std::atomic<Q4PlanObserver> g_plan_observer{nullptr};
+
+// Tells the observer (set_q4_plan_observer), if any, what a launch chose.
+void observe_plan(const Problem& p, const Q4Call& call, bool geglu, const Q4GemvPlan& plan) {
+  const Q4PlanObserver observer = g_plan_observer.load(std::memory_order_relaxed);
+  if (observer == nullptr) return;
+  Q4PlanEvent e;
+  e.n = p.n;
+  e.k = p.k;
+  e.geglu_output = geglu;
+  e.gelu_input = call.x_up != nullptr;
+  e.pairs = call.pair_count;
+  e.stages = plan.stages;
+  e.tiles = plan.tiles;
+  e.split = plan.split;
+  e.segments = p.segments;
+  e.max_segment_chunks = q4_max_segment_chunks(p);
+  e.blocks = q4_gemv_row_blocks(p, plan.tiles, geglu) * plan.split * call.pair_count;
+  observer(e);
 }
 
 // Batch 1 with 4-bit weights (q4_gemv_applies): q4_gemv_kernel, with the GeGLU input when x_up is set or
@@ -107,7 +96,7 @@ void log_plan_once(const Problem& p, const Q4Call& call, bool geglu, const Q4Gem
 template <class F>
 bool gemv_q4(const Problem& p, const Q4Call& call, bool geglu, cudaStream_t stream) {
   const Q4GemvPlan plan = q4_gemv_plan(p, geglu, call.pair_count);
-  log_plan_once(p, call, geglu, plan);
+  observe_plan(p, call, geglu, plan);
   if (plan.stages == 0) return false;
   if (geglu)
     gemv_q4_planned<F, Q4Io::kGegluOutput>(p, call, plan, stream);
@@ -132,30 +121,19 @@ void decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr) 
     decode_rows<F, 4>(p, stream);
 }
 
-// Whether a plain projection takes two 16-row tiles per warp although it is not very tall: at least 4096 rows
-// of 4096-8192 columns (31B's q/k/v and o projections). Measured on the H200 (2026-12-02,
+// Whether a plain projection takes two 16-row tiles per warp although it is not very tall: the rule of
+// q4_gemv.wide_tiles (at least 4096 rows of 4096-8192 columns). Measured on the H200 (2026-12-02,
 // twenty-sixth pass): in isolation 16384 x 5376 went from 48.6 to 61.4 % of read bandwidth and 5376 x 8192
-// from 41.3 to 49.0 %, while the long rows of 31B's down projection lost (5376 x 21504: 52.8 to 49.3 %); two
-// tiles for every shape lost 1-3 % on E2B, E4B and 26B-A4B (eleventh pass), whose projections this rule
-// leaves alone. LMX_Q4_WIDE_TILES=0 turns the rule off (A/B runs).
-bool q4_wide_tiles(const Problem& p) {
-  static const bool enabled = env_integer("LMX_Q4_WIDE_TILES", 1, 0, 1) != 0;
-  return enabled && p.n >= 4096 && p.k >= 4096 && p.k <= 8192;
-}
-
-// An A/B override from the environment (env_integer): one of `allowed`, or 0 when unset.
-int forced_choice(const char* name, std::initializer_list<int> allowed) {
-  const int64_t v = env_integer(name, -1, 1, std::max(allowed));  // -1: unset
-  if (v < 0) return 0;
-  LMX_REQUIRE(InvalidArgument, std::find(allowed.begin(), allowed.end(), v) != allowed.end(),
-              "{}: unsupported value {}", name, v);
-  return static_cast<int>(v);
+// from 41.3 to 49.0 %, while the long rows of 5376 x 21504 lost (52.8 to 49.3 %); two tiles for every shape
+// lost 1-3 % of decode (eleventh pass) on E2B, E4B and 26B-A4B, whose projections this rule leaves alone.
+bool q4_wide_tiles(const Problem& p, const CudaTuning::Q4Gemv& rules) {
+  const auto& wide = rules.wide_tiles;
+  return wide.enabled && p.n >= wide.min_rows && p.k >= wide.min_cols && p.k <= wide.max_cols;
 }
 
 }  // namespace
 
-int q4_window_shift(int rows, int blocks) {
-  static const int forced = forced_choice("LMX_Q4_WINDOW_LANES", {1, 2, 4, 8, 16, 32});
+int q4_window_shift(int rows, int blocks, int forced) {
   int lanes = forced != 0 ? forced : rows == 16 ? 2 : 1;
   if (forced == 0 && rows != 16)
     while (lanes < blocks && lanes < 32) lanes <<= 1;
@@ -165,50 +143,47 @@ int q4_window_shift(int rows, int blocks) {
   return shift;
 }
 
-Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
-  static const int forced_stages = forced_choice("LMX_Q4_STAGES", {2, 4});
-  // LMX_Q4_SHAPE_PLAN (linear.h): one shape's plan, for single projections only.
-  static const std::vector<Q4PlanOverride> shape_plans = q4_plan_overrides_from_env();
-  static const int forced_tiles = forced_choice("LMX_Q4_TILES", {1, 2});
-  static const int forced_split = forced_choice("LMX_Q4_SPLIT", {1, 2});
-  Q4PlanOverride shape;  // (zeros: the rules below choose)
-  for (const Q4PlanOverride& o : shape_plans)
-    if (pair_count == 1 && o.n == p.n && o.k == p.k) shape = o;
+Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count, const CudaTuning::Q4Gemv& rules) {
+  ShapePlan shape;  // (zeros: the rules below choose)
+  if (pair_count == 1)
+    for (const ShapePlan& o : rules.shapes)
+      if (o.n == p.n && o.k == p.k) shape = o;
   Q4GemvPlan plan;
   // (The scale and bias windows are copied in 16-byte blocks.)
   if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !detail::aligned16(p.scales) ||
       !detail::aligned16(p.biases))
     return plan;
   // Measured on the H200 (A/Bs, 2026-11-30): 2 chunks in flight per warp and 16 rows per warp except for
-  // very tall matrices (the LM head, 31B's 43008 x 5376 gate_up) and q4_wide_tiles. Deeper rings won some
-  // isolated GEMVs (16384 x 4096: 51 % of read bandwidth at 4 vs 49 % at 2) but lost in the model (E4B decode
+  // very tall matrices (rules.tall_rows: the LM head, 43008 x 5376) and q4_wide_tiles. Deeper rings won some
+  // isolated GEMVs (16384 x 4096: 51 % of read bandwidth at 4 vs 49 % at 2) but lost in a model (E4B decode
   // 327 vs 343 tok/s at 4, 300 at 8): their shared memory keeps the next kernel's blocks, launched early
   // (PDL), off the SMs.
-  const int tiles = forced_tiles != 0 ? forced_tiles : shape.tiles;
-  plan.tiles = tiles != 0 ? tiles : p.n > 16384 || q4_wide_tiles(p) ? 2 : 1;
+  const int tiles = rules.tiles != 0 ? rules.tiles : shape.tiles;
+  plan.tiles = tiles != 0 ? tiles : p.n > rules.tall_rows || q4_wide_tiles(p, rules) ? 2 : 1;
   if (geglu) {  // a gate tile and an up tile per block
     if (tiles == 1 || p.n % 2 != 0) return plan;
     plan.tiles = 2;
   }
   // Matrices of one to two row blocks per SM split each row tile's segments over a cluster of two blocks
-  // (E4B's 2560-row projections: 160 blocks, 1.2 per SM, SMs busy 54 % of the time under ncu).
+  // (2560-row projections: 160 blocks, 1.2 per SM, SMs busy 54 % of the time under ncu).
   const int64_t blocks = q4_gemv_row_blocks(p, plan.tiles, geglu) * pair_count;
-  const bool uneven_wave = blocks >= kSplitRowBlocksFrom && blocks < kSplitRowBlocksBelow;
-  const int split = forced_split != 0 ? forced_split : shape.split;
-  plan.split = split != 0 ? split : uneven_wave && p.segments >= 4 ? 2 : 1;
+  const bool uneven_wave = blocks >= rules.split_blocks_from && blocks < rules.split_blocks_below;
+  const int split = rules.split != 0 ? rules.split : shape.split;
+  plan.split = split != 0 ? split : uneven_wave && p.segments >= rules.split_min_segments ? 2 : 1;
   if (plan.split > p.segments) plan.split = 1;
   // A grid of fewer blocks than SMs never shares an SM with a block of its own, so a deeper ring costs it no
   // residency and doubles each warp's bytes in flight, where its segments have the chunks to fill it.
-  // Measured on the H200 (same-run A/Bs, 2026-12-02): E2B's 96-block 1536 x 12288 down projection (6 chunks
-  // per warp) at 4 stages, decode +3.7 %; its 1536 x 6144 (3 chunks) -0.5 %; larger grids lost (E4B, 31B: -1
-  // to -5 %).
-  const bool deep_ring =
-      blocks * plan.split < kSplitRowBlocksFrom && q4_max_segment_chunks(p) >= kDeepRingMinChunks;
-  const int chosen = forced_stages != 0 ? forced_stages : shape.stages;
+  // Measured on the H200 (same-run A/Bs, 2026-12-02): the 96-block 1536 x 12288 projection (6 chunks per
+  // warp; E2B's down projection) at 4 stages, E2B decode +3.7 %; 1536 x 6144 (3 chunks) -0.5 %; larger grids
+  // lost (E4B, 31B: -1 to -5 %).
+  const bool deep_ring = blocks * plan.split < rules.deep_ring_blocks_below &&
+                         q4_max_segment_chunks(p) >= rules.deep_ring_min_chunks;
+  const int chosen = rules.stages != 0 ? rules.stages : shape.stages;
   int stages = chosen != 0 ? chosen : deep_ring ? 4 : 2;
   if (chosen == 0 && stages == 4 && q4_gemv_smem_bytes(p, stages, plan.tiles, plan.split) > kGemvMaxSmem)
     stages = 2;  // (the deep ring does not fit: the default one may)
   if (q4_gemv_smem_bytes(p, stages, plan.tiles, plan.split) <= kGemvMaxSmem) plan.stages = stages;
+  plan.window_shift = q4_window_shift(16 * plan.tiles, q4_window_blocks(p), rules.window_lanes);
   return plan;
 }
 
@@ -231,3 +206,11 @@ void launch_decode(const Problem& p, cudaStream_t stream, const float* x_up) {
 }
 
 }  // namespace lmx::cuda::linear
+
+namespace lmx::cuda {
+
+void set_q4_plan_observer(Q4PlanObserver observer) {
+  linear::g_plan_observer.store(observer, std::memory_order_relaxed);
+}
+
+}  // namespace lmx::cuda

@@ -7,138 +7,34 @@
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/linear_decode_q4.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cstdlib>
-#include <string_view>
 
 namespace lmx::cuda {
-
-namespace {
-
-// Reads the fields of one entry of a knob's "NxK=..." list in turn.
-class EntryReader {
- public:
-  explicit EntryReader(std::string_view entry) : p_(entry.data()), end_(entry.data() + entry.size()) {}
-  // A decimal number followed by `stop` ('\0': the entry's end), stepping past both; false (and nothing read)
-  // when the text does not match.
-  bool number(int64_t& value, char stop) {
-    int64_t v = 0;
-    const auto [next, ec] = std::from_chars(p_, end_, v);
-    const bool ok =
-        ec == std::errc() && next != p_ && (stop == '\0' ? next == end_ : next < end_ && *next == stop);
-    if (!ok) return false;
-    value = v;
-    p_ = stop == '\0' ? next : next + 1;
-    return true;
-  }
-
- private:
-  const char* p_;
-  const char* end_;
-};
-
-// Calls fn(entry) for each comma-separated entry of text (a trailing comma allowed, an empty entry elsewhere
-// passed on as such).
-template <class Fn>
-void for_each_entry(std::string_view text, Fn fn) {
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    fn(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-  }
-}
-
-}  // namespace
-
-std::vector<SegmentOverride> parse_segment_overrides(std::string_view text, std::string_view knob) {
-  std::vector<SegmentOverride> out;
-  for_each_entry(text, [&](std::string_view entry) {
-    SegmentOverride o;
-    EntryReader r(entry);
-    int64_t segments = 0;
-    const bool ok = r.number(o.n, 'x') && r.number(o.k, '=') && r.number(segments, '\0');
-    LMX_REQUIRE(InvalidArgument,
-                ok && o.n > 0 && o.k > 0 && segments >= 1 && segments <= linear::kMaxSegments,
-                "{}: '{}' is not NxK=S with S in [1, {}]", knob, entry, linear::kMaxSegments);
-    o.segments = static_cast<int>(segments);
-    out.push_back(o);
-  });
-  return out;
-}
-
-std::vector<Q4PlanOverride> parse_q4_plan_overrides(std::string_view text) {
-  std::vector<Q4PlanOverride> out;
-  for_each_entry(text, [&](std::string_view entry) {
-    Q4PlanOverride o;
-    EntryReader r(entry);
-    int64_t fields[3] = {0, 0, 0};  // stages, tiles, split
-    bool ok = r.number(o.n, 'x') && r.number(o.k, '=') && o.n > 0 && o.k > 0;
-    bool last = false;  // a field ended the entry
-    for (int i = 0; ok && !last && i < 3; ++i) {
-      last = r.number(fields[i], '\0');
-      ok = last || r.number(fields[i], '/');
-    }
-    ok = ok && last;
-    const auto one_of = [](int64_t v, int64_t a, int64_t b) { return v == 0 || v == a || v == b; };
-    LMX_REQUIRE(
-        InvalidArgument, ok && one_of(fields[0], 2, 4) && one_of(fields[1], 1, 2) && one_of(fields[2], 1, 2),
-        "LMX_Q4_SHAPE_PLAN: '{}' is not NxK=S[/T[/P]] with S 2 or 4, T and P 1 or 2 (0: the rule's)", entry);
-    o.stages = static_cast<int>(fields[0]);
-    o.tiles = static_cast<int>(fields[1]);
-    o.split = static_cast<int>(fields[2]);
-    out.push_back(o);
-  });
-  return out;
-}
-
-std::vector<Q4PlanOverride> q4_plan_overrides_from_env() {
-  const char* v = std::getenv("LMX_Q4_SHAPE_PLAN");
-  return parse_q4_plan_overrides(v != nullptr ? v : "");
-}
-
-std::vector<SegmentOverride> segment_overrides_from_env(const char* knob) {
-  const char* v = std::getenv(knob);
-  return parse_segment_overrides(v != nullptr ? v : "", knob);
-}
-
-int segment_override(const std::vector<SegmentOverride>& overrides, std::string_view knob, int64_t n,
-                     int64_t k, int64_t most) {
-  for (const SegmentOverride& o : overrides) {
-    if (o.n != n || o.k != k) continue;
-    LMX_REQUIRE(InvalidArgument, o.segments <= most, "{}: {}x{} allows at most {} segments, not {}", knob, n,
-                k, most, o.segments);
-    return o.segments;
-  }
-  return 0;
-}
 
 namespace linear {
 
 namespace {
-// The segments of a 4-bit [n, k] weight: LMX_Q4_SEGMENTS for its shape, else linear_segments with the knobs
-// LMX_Q4_TARGET_WARPS and LMX_Q4_ONE_SEGMENT_TILES (all for A/B runs), no shorter than kPairMinChunks chunks
+// The segments of a 4-bit [n, k] weight: the table's linear.q4_segments entry for its shape, else
+// linear_segments with the table's warp target and one-segment rule, no shorter than kPairMinChunks chunks
 // for a gate_up pair.
-int q4_segments(int64_t n, int64_t k, int chunks, bool gate_up_pair) {
-  static const int64_t target_warps = env_integer("LMX_Q4_TARGET_WARPS", 0, 0, 1 << 20);
-  static const int64_t one_segment_tiles = env_integer("LMX_Q4_ONE_SEGMENT_TILES", 0, 0, 1 << 20);
-  static const std::vector<SegmentOverride> overrides = segment_overrides_from_env("LMX_Q4_SEGMENTS");
-  if (const int forced = segment_override(overrides, "LMX_Q4_SEGMENTS", n, k, chunks); forced > 0)
-    return forced;
-  const int s = linear_segments(n, k, 4, target_warps, one_segment_tiles);
+int q4_segments(int64_t n, int64_t k, int chunks, bool gate_up_pair, const CudaTuning::Linear& rules) {
+  if (const int set = shape_segments(rules.q4_segments, "cuda.linear.q4_segments", n, k, chunks); set > 0)
+    return set;
+  const int s = linear_segments(n, k, 4, rules.q4_target_warps, rules.q4_one_segment_tiles);
   return gate_up_pair ? std::max(1, std::min(s, chunks / kPairMinChunks)) : s;
 }
 }  // namespace
 
-void complete(Problem& p) {
+void complete(Problem& p, const CudaTuning& table) {
   LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit",
               p.n);
   p.chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
-  p.segments =
-      p.bits == 4 ? q4_segments(p.n, p.k, p.chunks, p.gate_up_pair) : linear_segments(p.n, p.k, p.bits);
+  p.segments = p.bits == 4 ? q4_segments(p.n, p.k, p.chunks, p.gate_up_pair, table.linear)
+                           : linear_segments(p.n, p.k, p.bits);
   p.x_vec4 = detail::aligned16(p.x) && (p.x_stride % 4 == 0 || p.m == 1);
 }
 
@@ -156,7 +52,7 @@ void run_prefill(const Problem& p, CudaContext& ctx, const XRows& rows) {
 }
 
 Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
-                          int64_t out_stride) {
+                          int64_t out_stride, const CudaTuning& table) {
   Problem p;
   const bool aligned = detail::aligned16(w.codes);
   p.format = aligned && w.bits == 4   ? WeightFormat::kQ4
@@ -168,12 +64,7 @@ Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const Dev
   p.weight = w.codes;
   p.scales = w.scales;
   p.biases = w.biases;
-  // LMX_Q4_SMALL_SCALES=0 ignores DeviceQuantized::small_scales (A/B runs; the bits are the same).
-  static const bool small_scales_off = [] {
-    const char* v = std::getenv("LMX_Q4_SMALL_SCALES");
-    return v != nullptr && std::string_view(v) == "0";
-  }();
-  p.small_scales = w.small_scales && !small_scales_off;
+  p.small_scales = w.small_scales && table.linear.small_scales;
   p.gate_up_pair = w.gate_up_pair;
   p.n = w.rows;
   p.k = w.cols;
@@ -246,7 +137,7 @@ void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, in
 bool quantized_linear_geglu(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
                             CudaContext& ctx) {
   check_quantized("quantized_linear_geglu", w, x_stride, m, w.rows);
-  if (m != 1 || w.rows % 2 != 0 || w.rows / 2 < kGegluMinRows) return false;
+  if (m != 1 || w.rows % 2 != 0 || w.rows / 2 < tuning().q4_gemv.geglu_min_rows) return false;
   linear::Problem p = linear::quantized_problem(x, x_stride, m, w, out, w.rows);
   linear::complete(p);
   return linear::launch_decode_geglu(p, ctx.stream());

@@ -30,6 +30,7 @@
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/sm90a/wgmma.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <algorithm>
 #include <utility>
@@ -434,11 +435,6 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
 #endif
 }
 
-bool wgmma_attention_enabled() {
-  static const bool enabled = env_flag_on("LMX_ATTN_WGMMA");
-  return enabled;
-}
-
 template <int kDims>
 void launch_dims(const Params& p, cudaStream_t stream) {
   using C = WgCfg<kDims>;
@@ -453,7 +449,7 @@ void launch_dims(const Params& p, cudaStream_t stream) {
 }  // namespace
 
 bool prefill_wgmma_runs(int dim_tier) {
-  return (dim_tier == 256 || dim_tier == 512) && wgmma_attention_enabled() && sm90a::device_is_sm90();
+  return (dim_tier == 256 || dim_tier == 512) && tuning().attention.prefill_wgmma && sm90a::device_is_sm90();
 }
 
 void launch_prefill_wgmma(const Params& p, int dim_tier, cudaStream_t stream) {

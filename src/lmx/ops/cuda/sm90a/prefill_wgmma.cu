@@ -27,6 +27,7 @@
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/linear_tiles.cuh"
 #include "lmx/ops/cuda/sm90a/wgmma.cuh"
+#include "lmx/ops/cuda/tuning.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -451,11 +452,6 @@ __global__ void __launch_bounds__(WgmmaConfig<F, kSplit, kN>::kThreads, 1)
 #endif
 }
 
-bool wgmma_enabled() {
-  static const bool enabled = env_flag_on("LMX_PREFILL_WGMMA");
-  return enabled;
-}
-
 // cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), or null.
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -520,54 +516,10 @@ void launch_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& gr
 
 // Grouped launches give chunks of at most kSmallChunkRows rows (an expert's last, partly filled chunk, or a
 // rarely chosen expert's only one) a second kernel of 32-row tiles, a quarter of the tensor-core work of a
-// 128-row tile; the 128-row kernel skips them. 26B-A4B at 2048 tokens: ~128 pairs per expert, so about half
-// the experts end with a chunk of a few rows (H200, 2026-12-01). LMX_PREFILL_SMALL_CHUNKS=0
-// in the environment keeps every chunk on 128-row tiles (A/B runs).
+// 128-row tile; the 128-row kernel skips them (the tuning table's prefill.small_chunk_kernel). 128 experts at
+// top 8 and 2048 tokens (26B-A4B): ~128 pairs per expert, so about half the experts end with a chunk of a few
+// rows (H200, 2026-12-01).
 constexpr int kSmallChunkRows = 32;
-bool small_chunk_kernel_enabled() {
-  static const bool enabled = env_flag_on("LMX_PREFILL_SMALL_CHUNKS");
-  return enabled;
-}
-
-// Plain launches of one 128-row x tile (prompts of 33..128 tokens) run on the 32-row instance when its blocks
-// still fit one wave: a block of 32 x rows does a quarter of the tensor-core work over the same weight tile,
-// so the wave ends sooner (H200, 128-token prompts: E4B prefill +36 %, 26B-A4B +10 %). Same per-column
-// chains, so the same bits. Not for several x tiles: the MoE router at 2048 tokens (16 blocks of 128 rows,
-// which run beside the dense MLP on the routing stream) on 64 blocks of 32 made 26B-A4B's prefill 0.9 %
-// slower. LMX_PREFILL_SHORT_TILES=0 in the environment keeps 128-row tiles (A/B runs).
-// The 32-row x tiles of such a launch, or 0 where 128-row tiles stay.
-int64_t short_tiles(const Problem& p, int64_t grid_x) {
-  static const bool enabled = env_flag_on("LMX_PREFILL_SHORT_TILES");
-  if (!enabled || grid_x != 1) return 0;
-  const int64_t tiles = (p.m + kSmallChunkRows - 1) / kSmallChunkRows,
-                row_tiles = (p.n + kTileN - 1) / kTileN;
-  return tiles > 1 && tiles * row_tiles <= current_multiprocessors() ? tiles : 0;
-}
-
-// Plain launches of at least one full wave of 128-row tiles whose last wave is partly filled run on 96-row x
-// tiles where that takes less time by waves: a 96-row block dequantizes the same weight tile for three
-// quarters of the tensor work and costs kNarrowTileCost of a 128-row block (H200, whole waves of 8192 x 2816
-// and 20480 x 2560 at 2048 rows: 0.78-0.79). At 2048 tokens E2B's N = 1536 projections (o, down) take 192
-// blocks of 128 rows, 1.45 waves of 132 SMs, or 264 blocks of 96 rows, two full waves: 134 -> 111 us for the
-// down projection, E2B's prefill +4.8 % (same-run A/B on the H200, 2026-12-01). Launches under one wave
-// keep 128-row tiles (the one-tile ones are short_tiles'): taking them too gave E4B at 512 tokens +5.7 % but
-// 26B-A4B -1.2 %, whose dense MLP runs beside the routing stream, so more blocks may take SMs from it (not
-// profiled). Same per-column chains, so the same bits. LMX_PREFILL_NARROW_TILES=0 in the environment keeps
-// 128-row tiles, =2 takes 96-row tiles for every plain launch of more than one (A/B runs and tests).
-// The 96-row x tiles of such a launch, or 0 where 128-row tiles stay.
-constexpr double kNarrowTileCost = 0.8;
-int64_t narrow_tiles(const Problem& p, int64_t grid_x) {
-  static const int64_t mode = env_integer("LMX_PREFILL_NARROW_TILES", 1, 0, 2);
-  if (mode == 0 || grid_x < 2) return 0;
-  const int64_t tiles = (p.m + kNarrowTileRows - 1) / kNarrowTileRows,
-                row_tiles = (p.n + kTileN - 1) / kTileN, sms = current_multiprocessors();
-  if (tiles > 65535) return 0;  // (grid y holds at most 65535 tiles in the rows-first order)
-  if (mode == 2) return tiles;
-  const int64_t blocks = grid_x * row_tiles;
-  if (blocks < sms) return 0;
-  const auto waves = [&](int64_t n) { return static_cast<double>((n + sms - 1) / sms); };
-  return waves(tiles * row_tiles) * kNarrowTileCost < waves(blocks) ? tiles : 0;
-}
 
 // A plain launch of `tiles` x tiles of kN rows each on the kN-row instance. False (nothing enqueued) where
 // TMA cannot describe the arrays, or for a format without that instance (96 rows: bf16 scales only).
@@ -589,10 +541,46 @@ bool launch_plain(const Problem& p, const uint32_t* xp, const PrefillChunks& gro
 
 }  // namespace
 
+// Plain launches of one 128-row x tile (prompts of 33..128 tokens) run on the 32-row instance when its blocks
+// still fit one wave: a block of 32 x rows does a quarter of the tensor-core work over the same weight tile,
+// so the wave ends sooner (H200, 128-token prompts: E4B prefill +36 %, 26B-A4B +10 %). Same per-column
+// chains, so the same bits. Not for several x tiles: the MoE router at 2048 tokens (16 blocks of 128 rows,
+// which run beside the dense MLP on the routing stream) on 64 blocks of 32 made 26B-A4B's prefill 0.9 %
+// slower.
+int64_t prefill_short_tiles(const Problem& p, int64_t grid_x, int64_t sms, const CudaTuning::Prefill& rules) {
+  if (!rules.short_tiles || grid_x != 1) return 0;
+  const int64_t tiles = (p.m + kSmallChunkRows - 1) / kSmallChunkRows,
+                row_tiles = (p.n + kTileN - 1) / kTileN;
+  return tiles > 1 && tiles * row_tiles <= sms ? tiles : 0;
+}
+
+// Plain launches of at least one full wave of 128-row tiles whose last wave is partly filled run on 96-row x
+// tiles where that takes less time by waves: a 96-row block dequantizes the same weight tile for three
+// quarters of the tensor work and costs rules.narrow_tile_cost of a 128-row block (H200, whole waves of
+// 8192 x 2816 and 20480 x 2560 at 2048 rows: 0.78-0.79). At 2048 rows an N = 1536 projection takes 192 blocks
+// of 128 rows, 1.45 waves of 132 SMs, or 264 blocks of 96 rows, two full waves: 134 -> 111 us for E2B's
+// 1536 x 6144 down projection, its prefill +4.8 % (same-run A/B on the H200, 2026-12-01). Launches under
+// one wave keep 128-row tiles (the one-tile ones are prefill_short_tiles'): taking them too gave E4B at 512
+// tokens +5.7 % but 26B-A4B -1.2 %, whose dense MLP runs beside the routing stream, so more blocks may take
+// SMs from it (not profiled). Same per-column chains, so the same bits. rules.narrow_tiles kAlways takes
+// 96-row tiles for every plain launch of more than one tile.
+int64_t prefill_narrow_tiles(const Problem& p, int64_t grid_x, int64_t sms,
+                             const CudaTuning::Prefill& rules) {
+  if (rules.narrow_tiles == Choice::kNever || grid_x < 2) return 0;
+  const int64_t tiles = (p.m + kNarrowTileRows - 1) / kNarrowTileRows,
+                row_tiles = (p.n + kTileN - 1) / kTileN;
+  if (tiles > 65535) return 0;  // (grid y holds at most 65535 tiles in the rows-first order)
+  if (rules.narrow_tiles == Choice::kAlways) return tiles;
+  const int64_t blocks = grid_x * row_tiles;
+  if (blocks < sms) return 0;
+  const auto waves = [&](int64_t n) { return static_cast<double>((n + sms - 1) / sms); };
+  return waves(tiles * row_tiles) * rules.narrow_tile_cost < waves(blocks) ? tiles : 0;
+}
+
 int prefill_chunk_rows(const Problem& p) {
-  static const bool wide = env_flag_on("LMX_PREFILL_WIDE_CHUNKS");
-  const bool applies = wide && p.format == WeightFormat::kQ4 && p.scale_dtype == DType::kBF16 &&
-                       (p.row_words * 4) % 16 == 0 && wgmma_enabled() && device_is_sm90();
+  const CudaTuning::Prefill& rules = tuning().prefill;
+  const bool applies = rules.wide_chunks && p.format == WeightFormat::kQ4 && p.scale_dtype == DType::kBF16 &&
+                       (p.row_words * 4) % 16 == 0 && rules.wgmma && device_is_sm90();
   return applies ? kWideChunkRows : kTileM;
 }
 
@@ -600,18 +588,21 @@ bool launch_prefill_wgmma(const Problem& p, const uint32_t* xp, const PrefillChu
                           cudaStream_t stream) {
   // 4-bit codes with 16-byte aligned rows only (the checkpoints' format): the other formats keep the mma.sync
   // kernel (instantiated for every format, this file grew the xz-compressed device bundle from 7 to 17 MB).
-  if (p.format != WeightFormat::kQ4 || !wgmma_enabled() || !device_is_sm90()) return false;
+  const CudaTuning::Prefill& rules = tuning().prefill;
+  if (p.format != WeightFormat::kQ4 || !rules.wgmma || !device_is_sm90()) return false;
   const bool grouping = grouped.chunks != nullptr;
   // Wide chunks (prefill_chunk_rows: bf16 scales only, the checkpoints' kind — every instance adds to the
   // device bundle) run on the 160-row instance, others on the 128-row one.
   const bool wide = grouping && grouped.chunk_rows > kTileM;
   if (wide && (grouped.chunk_rows != kWideChunkRows || p.scale_dtype != DType::kBF16)) return false;
-  const bool small = grouping && small_chunk_kernel_enabled();
+  const bool small = grouping && rules.small_chunk_kernel;
   if (!grouping) {  // plain launches on other x tile heights (same bits)
-    if (const int64_t tiles = short_tiles(p, grid_x); tiles > 0)
+    const int64_t sms = current_multiprocessors();
+    if (const int64_t tiles = prefill_short_tiles(p, grid_x, sms, rules); tiles > 0)
       return launch_plain<kSmallChunkRows>(p, xp, grouped, tiles, stream);
     // (96-row tiles for bf16 scales only, the checkpoints' kind: every instance adds to the device bundle.)
-    if (const int64_t tiles = p.scale_dtype == DType::kBF16 ? narrow_tiles(p, grid_x) : 0; tiles > 0)
+    if (const int64_t tiles = p.scale_dtype == DType::kBF16 ? prefill_narrow_tiles(p, grid_x, sms, rules) : 0;
+        tiles > 0)
       return launch_plain<kNarrowTileRows>(p, xp, grouped, tiles, stream);
   }
   WgmmaMaps maps, small_maps;
