@@ -28,7 +28,7 @@ Verb add_bench(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed on random prompt tokens");
-  cmd->add_option("--model", opt->model, "Model directory")->required();
+  cmd->add_option("--model", opt->model, "Model directory")->required()->check(non_empty());
   cmd->add_option("--prompt-tokens", opt->prompt_tokens, "Prompt length")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--gen-tokens", opt->gen_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
@@ -43,6 +43,9 @@ Verb add_bench(CLI::App& app) {
             auto load_start = Clock::now();
             auto model = load_language_model(opt->model, opt->device);
             double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+            require_within_context(*model, int64_t{opt->prompt_tokens} + opt->gen_tokens,
+                                   fmt::format("--prompt-tokens {} and --gen-tokens {}", opt->prompt_tokens,
+                                               opt->gen_tokens));
             const int vocab = model->config().vocab_size;
             std::mt19937 rng(1234);
             std::vector<int32_t> prompt(static_cast<size_t>(opt->prompt_tokens));

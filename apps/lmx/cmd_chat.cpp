@@ -3,8 +3,10 @@
 #include "commands.h"
 
 #include "lmx/core/error.h"
+#include "lmx/core/printable.h"
 #include "lmx/engine/chat_session.h"
 #include "lmx/engine/sampler.h"
+#include "lmx/io/directory.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/model/language_model.h"
 #include "lmx/text/chat_template.h"
@@ -18,7 +20,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,11 @@ void write_out(const std::string& text) {
   std::fflush(stdout);
 }
 
+// A turn's error, as main reports errors: one line, hostile bytes escaped.
+void report_turn_error(const Error& e) {
+  std::fprintf(stderr, "lmx: error: %s\n", printable(e.what()).c_str());
+}
+
 struct ChatOptions {
   std::string model, system, device;
   float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
@@ -115,8 +121,7 @@ class Chat {
     if (tokenizer_.eos_id()) stop_ids_.push_back(*tokenizer_.eos_id());
     std::sort(stop_ids_.begin(), stop_ids_.end());
     stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
-    ModelConfigFiles config = load_model_config(dir);
-    context_tokens_ = json_opt_int(config.text, "max_position_embeddings", config.path).value_or(0);
+    context_tokens_ = context_length(*model_);
     reset();
   }
 
@@ -127,22 +132,22 @@ class Chat {
   }
 
   // Answers one user message, streaming the text to stdout; the answer (partial when stopped by
-  // Ctrl-C) joins the history. Errors of this turn are reported and leave the history unchanged.
-  void answer(const std::string& user_text) {
+  // Ctrl-C) joins the history. Errors of this turn are reported and leave the history unchanged;
+  // returns false for them.
+  bool answer(const std::string& user_text) {
     nlohmann::ordered_json messages = messages_;
     messages.push_back({{"role", "user"}, {"content", user_text}});
     std::vector<int32_t> prompt;
     try {
       prompt = fit_prompt(messages);
     } catch (const Error& e) {
-      std::fprintf(stderr, "lmx: %s\n", e.what());
-      return;
+      report_turn_error(e);
+      return false;
     }
     TurnOptions turn;
-    turn.max_new_tokens = options_.max_tokens;
-    if (context_tokens_ > 0)
-      turn.max_new_tokens = static_cast<int>(
-          std::min<int64_t>(turn.max_new_tokens, context_tokens_ - static_cast<int64_t>(prompt.size())));
+    // fit_prompt leaves room for at least one token; the answer stops at the context's end.
+    turn.max_new_tokens = static_cast<int>(
+        std::min<int64_t>(options_.max_tokens, context_tokens_ - static_cast<int64_t>(prompt.size())));
     if (!options_.ignore_eos) turn.stop_token_ids = stop_ids_;
     StreamingDetokenizer detokenizer(tokenizer_, /*skip_special_tokens=*/true);
     std::string text;
@@ -157,8 +162,9 @@ class Chat {
     try {
       result = generate_turn(session_, sampler_, prompt, turn);
     } catch (const Error& e) {
-      std::fprintf(stderr, "\nlmx: %s\n", e.what());
-      return;
+      write_out("\n");
+      report_turn_error(e);
+      return false;
     }
     std::string tail = detokenizer.flush();
     text += tail;
@@ -168,6 +174,7 @@ class Chat {
     if (result.finish == FinishReason::kCancelled) std::fprintf(stderr, "[stopped]\n");
     if (options_.stats) print_stats(result);
     g_interrupted = 0;
+    return true;
   }
 
  private:
@@ -207,11 +214,10 @@ class Chat {
       inputs.eos_token = tokenizer_.eos_token();
       std::vector<int32_t> ids = tokenizer_.encode(template_.render(inputs), /*add_special_tokens=*/false);
       LMX_REQUIRE(InvalidArgument, !ids.empty(), "the chat template rendered an empty prompt");
-      if (context_tokens_ <= 0 || static_cast<int64_t>(ids.size()) < context_tokens_) return ids;
-      LMX_REQUIRE(InvalidArgument, 
-          messages.size() >= first_turn + 3,
-          "the message is too long: its prompt has {} tokens and the model's context is {}", ids.size(),
-          context_tokens_);
+      if (static_cast<int64_t>(ids.size()) < context_tokens_) return ids;
+      LMX_REQUIRE(InvalidArgument, messages.size() >= first_turn + 3,
+                  "the message is too long: its prompt has {} tokens and the model's context length is {} tokens",
+                  ids.size(), context_tokens_);
       messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first_turn),
                      messages.begin() + static_cast<std::ptrdiff_t>(first_turn + 2));
     }
@@ -239,44 +245,45 @@ class Chat {
   std::unique_ptr<LanguageModel> model_;
   ChatSession session_;
   std::vector<int32_t> stop_ids_;
-  int64_t context_tokens_ = 0;  // max_position_embeddings; 0 = unknown
+  int64_t context_tokens_ = 0;  // the model's context length
   nlohmann::ordered_json messages_;
 };
 
 int run_chat(const ChatOptions& options) {
   apply_threads(options.threads);
   const std::string dir = model_or_default(options.model);
-  std::error_code ec;
-  LMX_REQUIRE(InvalidArgument, std::filesystem::is_directory(dir, ec), "model directory {} does not exist", dir);
+  require_directory(dir, "model directory");
   Chat chat(options, dir);
   const bool interactive = ::isatty(STDIN_FILENO);
   if (interactive)
     std::fprintf(stderr,
                  "lmx chat with %s — /reset starts over, /quit or Ctrl-D leaves, Ctrl-C stops an answer\n",
-                 dir.c_str());
+                 printable(dir).c_str());
   install_sigint_handler();
   LineReader reader;
   std::string line;
+  // Exit status 1 when any turn failed: its answer, the requested work, did not happen.
+  int status = 0;
   for (;;) {
     if (interactive) write_out("> ");
     LineReader::Result got = reader.next(line);
     if (got != LineReader::Result::kLine) {
       if (interactive) write_out("\n");
-      return 0;  // EOF or Ctrl-C at the prompt
+      return status;  // EOF or Ctrl-C at the prompt
     }
     const std::string text = trim(line);
     if (text.empty()) continue;
-    if (text == "/quit" || text == "/exit") return 0;
+    if (text == "/quit" || text == "/exit") return status;
     if (text == "/reset") {
       chat.reset();
       std::fprintf(stderr, "[conversation cleared]\n");
       continue;
     }
     if (text[0] == '/' && text.find(' ') == std::string::npos) {
-      std::fprintf(stderr, "unknown command %s (commands: /reset, /quit)\n", text.c_str());
+      std::fprintf(stderr, "unknown command %s (commands: /reset, /quit)\n", printable(text).c_str());
       continue;
     }
-    chat.answer(text);
+    if (!chat.answer(text)) status = 1;
   }
 }
 
@@ -285,7 +292,8 @@ int run_chat(const ChatOptions& options) {
 Verb add_chat(CLI::App& app) {
   auto opt = std::make_shared<ChatOptions>();
   CLI::App* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (default model: models/demo)");
-  cmd->add_option("--model", opt->model, "Model directory (default: models/demo of the lmx source tree)");
+  cmd->add_option("--model", opt->model, "Model directory (default: models/demo of the lmx source tree)")
+      ->check(non_empty());
   cmd->add_option("--system", opt->system, "System message that opens the conversation");
   opt->temperature_flag =
       cmd->add_option("--temperature", opt->temperature,

@@ -1,6 +1,6 @@
 // Invariant 1: lmx's f32 path against transformers' f32 logits and greedy continuations on the tiny
 // reference models (tests/data/models/*, written by tools/make_reference_models.py).
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 #include "lmx/engine/greedy.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/io/safetensors.h"

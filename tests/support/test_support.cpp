@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
 
 namespace lmx::test {
 
@@ -14,6 +17,14 @@ std::string source_path(const std::string& relative) {
   // the tree, e.g. on the GPU machine).
   const char* env = std::getenv("LMX_SOURCE_DIR");
   return std::string(env != nullptr && *env != '\0' ? env : LMX_SOURCE_DIR) + "/" + relative;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read test file " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 TempDir::TempDir() {

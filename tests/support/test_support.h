@@ -14,6 +14,9 @@ namespace lmx::test {
 // Absolute path of a file under the source tree (e.g. "tests/data/models/tiny-e2b").
 std::string source_path(const std::string& relative);
 
+// The bytes of a test data file; throws std::runtime_error naming it when it cannot be read.
+std::string read_file(const std::string& path);
+
 // A fresh empty directory under the system temp dir, removed when the object dies.
 class TempDir {
  public:

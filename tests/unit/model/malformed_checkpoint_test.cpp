@@ -1,5 +1,5 @@
 // Malformed checkpoints and configs give a clear lmx::Error naming the problem, never a crash.
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/io/safetensors.h"
 #include "lmx/model/gemma4_model.h"
@@ -54,7 +54,7 @@ TEST_F(MalformedCheckpoint, TruncatedFile) {
 }
 
 TEST_F(MalformedCheckpoint, BadHeader) {
-  std::string bytes = read_text_file(dir_.file("model.safetensors"));
+  std::string bytes = test::read_file(dir_.file("model.safetensors"));
   bytes[8] = 'X';  // the header's opening brace
   write_text_file(dir_.file("model.safetensors"), bytes);
   expect_load_error("model.safetensors");

