@@ -9,7 +9,6 @@
 
 #include <array>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 
 namespace lmx {

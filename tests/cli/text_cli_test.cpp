@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -31,7 +30,7 @@ std::string ids_csv(const nlohmann::json& ids) {
 class TextCli : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(fixture(GetParam()) + "/tokenizer.json"))
+    if (!test::exists(fixture(GetParam()) + "/tokenizer.json"))
       GTEST_SKIP() << "tokenizer fixtures missing: run scripts/setup.sh";
   }
 };

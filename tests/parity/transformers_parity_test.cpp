@@ -10,12 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 
 namespace lmx {
 namespace {
 
-namespace fs = std::filesystem;
 
 constexpr float kLogitTolerance = 1e-3f;
 
@@ -28,7 +26,7 @@ class Parity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Parity, LogitsAtEveryPosition) {
   const std::string dir = model_dir(GetParam());
-  ASSERT_TRUE(fs::exists(dir + "/goldens.safetensors")) << dir << " has no goldens";
+  ASSERT_TRUE(test::exists(dir + "/goldens.safetensors")) << dir << " has no goldens";
   auto model = Gemma4Model::load(dir);
   auto goldens = load_goldens(dir);
   ASSERT_GE(goldens.size(), 3u);

@@ -64,7 +64,7 @@ std::optional<std::pair<int, uint64_t>> open_regular(const std::string& path, bo
 uint64_t input_size_cap(InputKind kind) {
   switch (kind) {
     case InputKind::kConfig: return 64 * kMiB;
-    case InputKind::kTokenizer: return 512 * kMiB;
+    case InputKind::kTokenizer: return 256 * kMiB;
     case InputKind::kTemplate: return 16 * kMiB;
     case InputKind::kUserData: return 256 * kMiB;
   }

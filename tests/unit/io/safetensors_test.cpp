@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
 
 namespace lmx {
 namespace {
@@ -122,7 +121,7 @@ TEST(Safetensors, WriteReplacesAtomicallyAndLeavesNoTemporaries) {
   auto file = SafetensorsFile::open(path);
   EXPECT_EQ(file->names(), std::vector<std::string>{"b"});
   EXPECT_EQ(
-      std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()),
+      test::count_entries(dir.path()),
       1);
 }
 
@@ -146,7 +145,7 @@ TEST(Safetensors, WriteRejectsBadArgumentsAndUnwritablePaths) {
       {"'u' is undefined"});
   const std::string bad = dir.file("no/such/dir/x.safetensors");
   expect_error<IoError>([&] { write_safetensors(bad, {{"a", t}}); }, {bad, "cannot create"});
-  EXPECT_FALSE(std::filesystem::exists(dir.file("x")));
+  EXPECT_FALSE(test::exists(dir.file("x")));
 }
 
 // ---- Malformed files ----
