@@ -49,7 +49,9 @@ Verb add_bench(CLI::App& app) {
             const int vocab = model->config().vocab_size;
             std::mt19937 rng(1234);
             std::vector<int32_t> prompt(static_cast<size_t>(opt->prompt_tokens));
-            for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % static_cast<uint32_t>(vocab - 3));
+            // Random ids past the first special tokens (0-2: pad, eos, bos) when the vocabulary has more.
+            const uint32_t first = vocab > 3 ? 3 : 0;
+            for (auto& t : prompt) t = static_cast<int32_t>(first + rng() % (static_cast<uint32_t>(vocab) - first));
 
             // One run on a fresh sequence: the prompt in one step, then `steps` greedy decode steps; the
             // seconds of each part.

@@ -43,10 +43,13 @@ void install_sigint_handler() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-// Lines of stdin, read with read(2) so that SIGINT interrupts a wait for input.
+// Lines of stdin, read with read(2) so that SIGINT interrupts a wait for input. A line longer than
+// kMaxLineBytes (stdin from /dev/zero, a binary file) is reported once and skipped, so memory
+// stays bounded.
 class LineReader {
  public:
-  enum class Result { kLine, kEof, kInterrupted };
+  enum class Result { kLine, kEof, kInterrupted, kTooLong };
+  static constexpr size_t kMaxLineBytes = size_t{4} << 20;
 
   // The next line without its '\n' (a last line without '\n' counts at EOF).
   Result next(std::string& line) {
@@ -54,14 +57,25 @@ class LineReader {
       if (size_t newline = pending_.find('\n'); newline != std::string::npos) {
         line = pending_.substr(0, newline);
         pending_.erase(0, newline + 1);
+        if (skipping_) {
+          skipping_ = false;
+          continue;  // the rest of a line already reported as too long
+        }
         return Result::kLine;
+      }
+      if (pending_.size() > kMaxLineBytes) {
+        pending_.clear();
+        if (!skipping_) {
+          skipping_ = true;
+          return Result::kTooLong;
+        }
       }
       if (g_interrupted) return Result::kInterrupted;
       char buffer[4096];
       ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        if (pending_.empty()) return Result::kEof;
+        if (pending_.empty() || skipping_) return Result::kEof;
         line.swap(pending_);
         pending_.clear();
         return Result::kLine;
@@ -72,6 +86,7 @@ class LineReader {
 
  private:
   std::string pending_;
+  bool skipping_ = false;  // inside a line that was too long, until its '\n'
 };
 
 std::string trim(const std::string& s) {
@@ -267,6 +282,12 @@ int run_chat(const ChatOptions& options) {
   for (;;) {
     if (interactive) write_out("> ");
     LineReader::Result got = reader.next(line);
+    if (got == LineReader::Result::kTooLong) {
+      std::fprintf(stderr, "lmx: error: an input line is longer than %zu bytes; it is skipped\n",
+                   LineReader::kMaxLineBytes);
+      status = 1;
+      continue;
+    }
     if (got != LineReader::Result::kLine) {
       if (interactive) write_out("\n");
       return status;  // EOF or Ctrl-C at the prompt

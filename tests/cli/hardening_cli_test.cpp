@@ -148,6 +148,10 @@ TEST(HardeningCli, ChatExitsNonZeroWhenATurnFailsAndNamesTheContext) {
   test::write_file(dir.file("input.txt"), long_line + "\n");
   RunResult r = run_lmx("chat --model " + demo() + " --max-tokens 4 < " + dir.file("input.txt"));
   expect_failure(r, 1, {"the message is too long", "context length is 2048 tokens"}, "chat");
+  // A line without end (stdin from /dev/zero) is reported once and skipped; memory stays bounded.
+  RunResult zeros = test::run_shell("head -c 9000000 /dev/zero | " + test::lmx_binary() + " chat --model " + demo() +
+                                    " --max-tokens 2");
+  expect_failure(zeros, 1, {"input line is longer than"}, "chat on /dev/zero");
   // A turn that works keeps the status at 0.
   test::write_file(dir.file("ok.txt"), "Hello\n");
   EXPECT_EQ(run_lmx("chat --model " + demo() + " --max-tokens 2 < " + dir.file("ok.txt")).exit_code, 0);

@@ -32,6 +32,20 @@ class MalformedCheckpoint : public ::testing::Test {
     }
   }
   void write_config() { write_text_file(dir_.file("config.json"), config_.dump()); }
+  // For each (edit, needle): the config edited so, loading fails with a message holding needle.
+  // The config is restored afterwards.
+  void expect_config_errors(
+      const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>& cases) {
+    const nlohmann::json original = config_;
+    for (const auto& [edit, needle] : cases) {
+      config_ = original;
+      edit(config_);
+      write_config();
+      expect_load_error(needle);
+    }
+    config_ = original;
+    write_config();
+  }
   // Rewrites the weights through `edit`, which may drop or replace tensors.
   void rewrite_weights(const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
     std::vector<std::pair<std::string, Tensor>> tensors;
@@ -91,7 +105,7 @@ TEST_F(MalformedCheckpoint, UnknownArchitecture) {
 }
 
 TEST_F(MalformedCheckpoint, BadConfigValues) {
-  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+  expect_config_errors({
       {[](auto& c) { c["num_attention_heads"] = -4; }, "num_attention_heads"},
       {[](auto& c) { c["hidden_size"] = "wide"; }, "hidden_size"},
       {[](auto& c) { c["hidden_size"] = 0; }, "hidden_size"},
@@ -103,19 +117,12 @@ TEST_F(MalformedCheckpoint, BadConfigValues) {
       {[](auto& c) { c["final_logit_softcapping"] = -1.0; }, "final_logit_softcapping"},
       {[](auto& c) { c["per_layer_config"] = {{"99", {{"head_dim", 32}}}}; }, "per_layer_config"},
       {[](auto& c) { c["use_bidirectional_attention"] = "all"; }, "use_bidirectional_attention"},
-  };
-  const nlohmann::json original = config_;
-  for (const auto& [edit, needle] : cases) {
-    config_ = original;
-    edit(config_);
-    write_config();
-    expect_load_error(needle);
-  }
+  });
 }
 
 // Keys that change the computation are checked; keys lmx does not read are metadata.
 TEST_F(MalformedCheckpoint, ComputationKeysAreValidatedAndMetadataAccepted) {
-  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+  expect_config_errors({
       {[](auto& c) { c["hidden_activation"] = "gelu"; }, "'hidden_activation' 'gelu' is not supported"},
       {[](auto& c) { c["hidden_activation"] = 3; }, "'hidden_activation' must be a string"},
       {[](auto& c) { c["attention_bias"] = true; }, "'attention_bias'"},
@@ -127,15 +134,7 @@ TEST_F(MalformedCheckpoint, ComputationKeysAreValidatedAndMetadataAccepted) {
       {[](auto& c) { c["max_position_embeddings"] = "long"; }, "'max_position_embeddings' must be an integer"},
       {[](auto& c) { c["rms_norm_eps"] = "tiny"; }, "'rms_norm_eps' must be a number"},
       {[](auto& c) { c["num_hidden_layers"] = 2000000000; }, "exceeds the limit of 1024"},
-  };
-  const nlohmann::json original = config_;
-  for (const auto& [edit, needle] : cases) {
-    config_ = original;
-    edit(config_);
-    write_config();
-    expect_load_error(needle);
-  }
-  config_ = original;
+  });
   config_["some_future_key"] = {{"nested", {1, 2, 3}}};
   config_["transformers_version"] = "9.9";
   config_["eos_token_id"] = {1, 106};
