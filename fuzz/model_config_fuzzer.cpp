@@ -1,7 +1,7 @@
 // libFuzzer target: config.json text resolved as a model load does (text_config, Gemma 4 config, quantization).
 #include "fuzz_support.h"
 #include "lmx/io/model_dir.h"
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/gemma4/gemma4_config.h"
 #include "lmx/model/quantization_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

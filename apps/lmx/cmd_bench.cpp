@@ -3,7 +3,6 @@
 #include "commands.h"
 
 #include "lmx/core/thread_pool.h"
-#include "lmx/model/forward_flops.h"
 #include "lmx/model/language_model.h"
 #include "lmx/ops/ops.h"
 
@@ -22,7 +21,8 @@ namespace lmx::cli {
 
 Verb add_bench(CLI::App& app) {
   struct Options {
-    std::string model, device;
+    std::string model;
+    ModelFlags flags;
     int prompt_tokens = 128, gen_tokens = 32, threads = 0;
     bool json = false, no_warmup = false;
   };
@@ -36,17 +36,17 @@ Verb add_bench(CLI::App& app) {
   cmd->add_flag("--no-warmup", opt->no_warmup,
                 "Time the process's first prefill and decode steps (by default an untimed prefill of the same length "
                 "and a few decode steps on a throwaway sequence come first)");
-  add_device_option(cmd, opt->device);
+  add_model_options(cmd, opt->flags);
   return {cmd, [opt] {
             using Clock = std::chrono::steady_clock;
             apply_threads(opt->threads);
             auto load_start = Clock::now();
-            auto model = load_language_model(opt->model, opt->device);
+            auto model = load_language_model(opt->model, opt->flags);
             double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
             require_within_context(*model, int64_t{opt->prompt_tokens} + opt->gen_tokens,
                                    fmt::format("--prompt-tokens {} and --gen-tokens {}", opt->prompt_tokens,
                                                opt->gen_tokens));
-            const int vocab = model->config().vocab_size;
+            const int vocab = model->description().vocab_size;
             std::mt19937 rng(1234);
             std::vector<int32_t> prompt(static_cast<size_t>(opt->prompt_tokens));
             // Random ids past the first special tokens (0-2: pad, eos, bos) when the vocabulary has more.
@@ -55,6 +55,7 @@ Verb add_bench(CLI::App& app) {
 
             // One run on a fresh sequence: the prompt in one step, then `steps` greedy decode steps; the
             // seconds of each part.
+            size_t kv_bytes = 0;
             auto run = [&](int steps) {
               auto seq = model->new_sequence();
               auto start = Clock::now();
@@ -66,7 +67,9 @@ Verb add_bench(CLI::App& app) {
                 StepRow step{seq.get(), {&token, 1}};
                 token = model->forward_argmax({&step, 1})[0];
               }
-              return std::pair{prefill, std::chrono::duration<double>(Clock::now() - start).count()};
+              const double decode = std::chrono::duration<double>(Clock::now() - start).count();
+              kv_bytes = model->kv_bytes(*seq);
+              return std::pair{prefill, decode};
             };
             // Warm-up: the first forward of a process pays one-time costs the timed run should not (lazily
             // loaded GPU kernels, scratch and cache growth, graph captures, first touches of mmapped weights).
@@ -79,8 +82,7 @@ Verb add_bench(CLI::App& app) {
             const double bytes_per_token = static_cast<double>(model->weight_bytes_per_token());
             const double prefill_tok_s = opt->prompt_tokens / prefill_s, decode_tok_s = opt->gen_tokens / decode_s;
             // The prefill's useful work (forward_flops.h: matmuls and attention) per second.
-            const double prefill_tflop_s =
-                prefill_flops(model->config(), opt->prompt_tokens).total() / prefill_s / 1e12;
+            const double prefill_tflop_s = model->prefill_flops(opt->prompt_tokens) / prefill_s / 1e12;
             nlohmann::json out = {{"model", opt->model},
                                   {"device", model->device_description()},
                                   {"threads", default_pool().threads()},
@@ -93,6 +95,8 @@ Verb add_bench(CLI::App& app) {
                                   {"decode_tok_s", decode_tok_s},
                                   {"weight_bytes_per_token", bytes_per_token},
                                   {"decode_weight_gb_s", bytes_per_token * decode_tok_s / 1e9},
+                                  {"kv_cache", model->kv_cache().layout().codec().name()},
+                                  {"kv_bytes", kv_bytes},
                                   {"peak_rss_mb", peak_rss_mb}};
             if (opt->json) {
               std::printf("%s\n", out.dump().c_str());
@@ -104,6 +108,9 @@ Verb add_bench(CLI::App& app) {
               std::printf("decode           %d tokens, %.2f tok/s\n", opt->gen_tokens, decode_tok_s);
               std::printf("weights/token    %.3f GB (%.2f GB/s at the decode rate)\n", bytes_per_token / 1e9,
                           bytes_per_token * decode_tok_s / 1e9);
+              std::printf("KV cache         %s, %s held after %d + %d tokens\n",
+                          std::string(model->kv_cache().layout().codec().name()).c_str(), format_bytes(kv_bytes).c_str(),
+                          opt->prompt_tokens, opt->gen_tokens);
               std::printf("peak RSS         %.0f MB\n", peak_rss_mb);
             }
             return 0;

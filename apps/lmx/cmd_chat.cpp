@@ -107,7 +107,8 @@ void report_turn_error(const Error& e) {
 }
 
 struct ChatOptions {
-  std::string model, system, device;
+  std::string model, system;
+    ModelFlags flags;
   float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
   int top_k = 0, max_tokens = 512, threads = 0;
   uint64_t seed = 0;
@@ -128,11 +129,11 @@ class Chat {
         tokenizer_(Tokenizer::load(dir)),
         template_(require_template(tokenizer_, dir)),
         sampler_(sampling_params(options, dir)),
-        model_(load_language_model(dir, options.device)),
+        model_(load_language_model(dir, options.flags)),
         session_(*model_, kPrefillChunkTokens) {
     // Stop at every end token the model directory names (Gemma 4: <eos> and <turn|>).
     stop_ids_ = load_generation_config(dir).eos_token_ids;
-    if (model_->config().eos_token_id) stop_ids_.push_back(*model_->config().eos_token_id);
+    for (int id : model_->description().eos_token_ids) stop_ids_.push_back(id);
     if (tokenizer_.eos_id()) stop_ids_.push_back(*tokenizer_.eos_id());
     std::sort(stop_ids_.begin(), stop_ids_.end());
     stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
@@ -161,8 +162,10 @@ class Chat {
     }
     TurnOptions turn;
     // fit_prompt leaves room for at least one token; the answer stops at the context's end.
-    turn.max_new_tokens = static_cast<int>(
-        std::min<int64_t>(options_.max_tokens, context_tokens_ - static_cast<int64_t>(prompt.size())));
+    turn.max_new_tokens = options_.max_tokens;
+    if (context_tokens_ > 0)
+      turn.max_new_tokens = static_cast<int>(
+          std::min<int64_t>(turn.max_new_tokens, context_tokens_ - static_cast<int64_t>(prompt.size())));
     if (!options_.ignore_eos) turn.stop_token_ids = stop_ids_;
     StreamingDetokenizer detokenizer(tokenizer_, /*skip_special_tokens=*/true);
     std::string text;
@@ -229,7 +232,7 @@ class Chat {
       inputs.eos_token = tokenizer_.eos_token();
       std::vector<int32_t> ids = tokenizer_.encode(template_.render(inputs), /*add_special_tokens=*/false);
       LMX_REQUIRE(InvalidArgument, !ids.empty(), "the chat template rendered an empty prompt");
-      if (static_cast<int64_t>(ids.size()) < context_tokens_) return ids;
+      if (context_tokens_ <= 0 || static_cast<int64_t>(ids.size()) < context_tokens_) return ids;
       LMX_REQUIRE(InvalidArgument, messages.size() >= first_turn + 3,
                   "the message is too long: its prompt has {} tokens and the model's context length is {} tokens",
                   ids.size(), context_tokens_);
@@ -248,9 +251,9 @@ class Chat {
     const double decode_rate = r.tokens.size() > 1 && r.decode_seconds > 0
                                    ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds
                                    : 0;
-    std::fprintf(stderr, "[prompt %lld tokens, %lld reused, %.1f tok/s; answer %zu tokens, %.1f tok/s; %s]\n",
+    std::fprintf(stderr, "[prompt %lld tokens, %lld reused, %.1f tok/s; answer %zu tokens, %.1f tok/s; %s; KV %s]\n",
                  static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.reused_tokens),
-                 prefill_rate, r.tokens.size(), decode_rate, finish);
+                 prefill_rate, r.tokens.size(), decode_rate, finish, format_bytes(r.kv_bytes).c_str());
   }
 
   const ChatOptions& options_;
@@ -260,7 +263,7 @@ class Chat {
   std::unique_ptr<LanguageModel> model_;
   ChatSession session_;
   std::vector<int32_t> stop_ids_;
-  int64_t context_tokens_ = 0;  // the model's context length
+  int64_t context_tokens_ = 0;  // the model's context length; 0 = unknown
   nlohmann::ordered_json messages_;
 };
 
@@ -332,7 +335,7 @@ Verb add_chat(CLI::App& app) {
   opt->seed_flag = cmd->add_option("--seed", opt->seed, "Random seed (reproducible answers)");
   cmd->add_option("--max-tokens", opt->max_tokens, "Most tokens per answer")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
-  add_device_option(cmd, opt->device);
+  add_model_options(cmd, opt->flags);
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at end-of-turn tokens (tests, benchmarks)");
   cmd->add_flag("--stats", opt->stats,
                 "Print prompt/answer token counts and speeds after each answer (stderr)");

@@ -18,7 +18,8 @@ namespace lmx::cli {
 
 Verb add_generate(CLI::App& app) {
   struct Options {
-    std::string model, prompt_ids, prompt, chat, device;
+    std::string model, prompt_ids, prompt, chat;
+    ModelFlags flags;
     int max_tokens = 32, threads = 0, prefill_chunk = 0;
     bool json = false;
   };
@@ -36,8 +37,8 @@ Verb add_generate(CLI::App& app) {
   cmd->add_option("--prefill-chunk", opt->prefill_chunk, "Prefill the prompt in chunks of N tokens (0 = one step)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
-  add_device_option(cmd, opt->device);
-  cmd->add_flag("--json", opt->json, "Print {\"tokens\", \"text\", \"prompt_tok_s\", \"decode_tok_s\"} as JSON");
+  add_model_options(cmd, opt->flags);
+  cmd->add_flag("--json", opt->json, "Print {\"tokens\", \"text\", \"prompt_tok_s\", \"decode_tok_s\", \"kv_bytes\"} as JSON");
   return {cmd, [opt, ids, raw, chat] {
             if (!ids->count() && !raw->count() && !chat->count())
               throw InvalidArgument("generate needs --prompt-ids, --prompt or --chat");
@@ -57,7 +58,7 @@ Verb add_generate(CLI::App& app) {
               prompt = tokenizer->encode(rendered, /*add_special_tokens=*/false);  // the template wrote <bos>
             }
             LMX_REQUIRE(InvalidArgument, !prompt.empty(), "the prompt is empty");
-            auto model = load_language_model(opt->model, opt->device);
+            auto model = load_language_model(opt->model, opt->flags);
             require_within_context(*model, static_cast<int64_t>(prompt.size()) + opt->max_tokens,
                                    fmt::format("the prompt ({} tokens) and --max-tokens {}", prompt.size(),
                                                opt->max_tokens));
@@ -66,8 +67,8 @@ Verb add_generate(CLI::App& app) {
             options.max_new_tokens = opt->max_tokens;
             options.prefill_chunk_tokens = opt->prefill_chunk;
             options.stop_token_ids = generation.eos_token_ids;
-            if (options.stop_token_ids.empty() && model->config().eos_token_id)
-              options.stop_token_ids.push_back(*model->config().eos_token_id);
+            if (options.stop_token_ids.empty())
+              for (int id : model->description().eos_token_ids) options.stop_token_ids.push_back(id);
             std::optional<StreamingDetokenizer> stream;
             if (tokenizer) stream.emplace(*tokenizer, /*skip_special_tokens=*/true);
             if (!opt->json)
@@ -86,7 +87,10 @@ Verb add_generate(CLI::App& app) {
             double decode_tok_s =
                 r.tokens.size() > 1 && r.decode_seconds > 0 ? (r.tokens.size() - 1) / r.decode_seconds : 0;
             if (opt->json) {
-              nlohmann::json out = {{"tokens", r.tokens}, {"prompt_tok_s", prompt_tok_s}, {"decode_tok_s", decode_tok_s}};
+              nlohmann::json out = {{"tokens", r.tokens},
+                                    {"prompt_tok_s", prompt_tok_s},
+                                    {"decode_tok_s", decode_tok_s},
+                                    {"kv_bytes", r.kv_bytes}};
               if (tokenizer) out["text"] = tokenizer->decode(r.tokens, /*skip_special_tokens=*/true);
               std::printf("%s\n", out.dump().c_str());
             } else {
@@ -94,8 +98,9 @@ Verb add_generate(CLI::App& app) {
                 std::string rest = stream->flush();
                 std::fwrite(rest.data(), 1, rest.size(), stdout);
               }
-              std::printf("\nprompt: %d tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s\n", r.prompt_tokens,
-                          prompt_tok_s, r.tokens.size(), decode_tok_s);
+              std::printf("\nprompt: %d tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
+                          r.prompt_tokens, prompt_tok_s, r.tokens.size(), decode_tok_s, format_bytes(r.kv_bytes).c_str(),
+                          std::string(model->kv_cache().layout().codec().name()).c_str());
             }
             return 0;
           }};

@@ -31,7 +31,8 @@ void write_npy(AtomicFileWriter& out, const float* data, int64_t rows, int64_t c
 
 Verb add_logits(CLI::App& app) {
   struct Options {
-    std::string model, prompt_ids, out, device;
+    std::string model, prompt_ids, out;
+    ModelFlags flags;
     int prefill_chunk = 0, threads = 0;
   };
   auto opt = std::make_shared<Options>();
@@ -42,17 +43,17 @@ Verb add_logits(CLI::App& app) {
   cmd->add_option("--prefill-chunk", opt->prefill_chunk, "Feed the prompt in chunks of N tokens (0 = one step)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
-  add_device_option(cmd, opt->device);
+  add_model_options(cmd, opt->flags);
   return {cmd, [opt] {
             apply_threads(opt->threads);
             std::vector<int32_t> prompt = parse_ids(opt->prompt_ids);
             LMX_REQUIRE(InvalidArgument, !prompt.empty(), "--prompt-ids is empty");
             AtomicFileWriter out(opt->out);  // before any work: an unwritable --out fails first
-            auto model = load_language_model(opt->model, opt->device);
+            auto model = load_language_model(opt->model, opt->flags);
             require_within_context(*model, static_cast<int64_t>(prompt.size()),
                                    fmt::format("the prompt ({} tokens)", prompt.size()));
             auto seq = model->new_sequence();
-            const int64_t vocab = model->config().vocab_size, total = static_cast<int64_t>(prompt.size());
+            const int64_t vocab = model->description().vocab_size, total = static_cast<int64_t>(prompt.size());
             std::vector<float> all(static_cast<size_t>(total * vocab));
             const size_t chunk = opt->prefill_chunk > 0 ? static_cast<size_t>(opt->prefill_chunk) : prompt.size();
             for (size_t begin = 0; begin < prompt.size(); begin += chunk) {
@@ -62,8 +63,10 @@ Verb add_logits(CLI::App& app) {
               std::memcpy(all.data() + begin * vocab, logits.data<float>(), n * vocab * 4);
             }
             write_npy(out, all.data(), total, vocab);
-            std::printf("wrote %s: float32 [%lld, %lld]\n", opt->out.c_str(), static_cast<long long>(total),
-                        static_cast<long long>(vocab));
+            std::printf("wrote %s: float32 [%lld, %lld]; KV: %s (%s)\n", opt->out.c_str(),
+                        static_cast<long long>(total), static_cast<long long>(vocab),
+                        format_bytes(model->kv_bytes(*seq)).c_str(),
+                        std::string(model->kv_cache().layout().codec().name()).c_str());
             return 0;
           }};
 }

@@ -36,12 +36,23 @@ Verb add_template(CLI::App& app);
 Verb add_chat(CLI::App& app);
 Verb add_info(CLI::App& app);
 
-// Adds --device (cpu | cuda | cuda:N | auto; default auto) to a model-running verb.
-void add_device_option(CLI::App* command, std::string& device);
-// Loads a model directory on a device named as --device takes it. "auto" picks cuda:0 when the CUDA
-// backend is compiled in and a GPU is visible, else the CPU. Unknown names, missing GPUs and a build
-// without CUDA are errors naming the device.
-std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const std::string& device);
+// The flags every model-running verb takes: where it runs and how its KV cache is kept.
+struct ModelFlags {
+  std::string device = "auto";  // cpu | cuda | cuda:N | auto
+  std::string kv_cache;         // f32 | bf16; empty: the backend's default (f32 on the CPU, bf16 on CUDA)
+  std::string kv_budget;        // bytes (suffixes K, M, G, T: powers of 1024); empty: the default share
+  int kv_block_tokens = 0;      // 0: the default
+};
+// Adds --device, --kv-cache, --kv-budget and --kv-block-tokens to a model-running verb.
+void add_model_options(CLI::App* command, ModelFlags& flags);
+// Loads a model directory on the device --device names, with the KV cache the flags ask for. "auto" picks
+// cuda:0 when the CUDA backend is compiled in and a GPU is visible, else the CPU. Unknown names, missing
+// GPUs, a build without CUDA and bad KV flags are errors naming the flag.
+std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const ModelFlags& flags);
+// "12.0 MiB": a byte count for people.
+std::string format_bytes(size_t bytes);
+// Parses "1073741824", "512M", "4G", "1.5GiB" (K, M, G, T: powers of 1024); InvalidArgument naming `flag`.
+size_t parse_bytes(const std::string& text, const char* flag);
 
 // Parses "2,105,7" into token ids; throws InvalidArgument naming the bad item.
 std::vector<int32_t> parse_ids(const std::string& csv);
@@ -57,10 +68,13 @@ std::string model_or_default(const std::string& model);
 // Applies --threads (0 = all cores).
 void apply_threads(int threads);
 
-// The model's context length in tokens (max_position_embeddings). The one place the CLI reads it.
+// The model's context length in tokens (ModelDescription::context_length: config.json's
+// max_position_embeddings; Gemma 4 takes transformers' 131072 when the key is absent); 0 when a
+// family does not know it. The one place the CLI reads it.
 int64_t context_length(const LanguageModel& model);
 // Throws InvalidArgument naming `what` ("the prompt (12 tokens) and --max-tokens 30") and the
-// model's context length when `tokens` positions do not fit in it. Call before any work.
+// model's context length when `tokens` positions do not fit in it (no check when it is unknown).
+// Call before any work.
 void require_within_context(const LanguageModel& model, int64_t tokens, std::string_view what);
 
 // A CLI11 check that refuses an empty value (--model "", --out ""), for every path flag.

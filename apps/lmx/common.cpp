@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <charconv>
 #include <climits>
 
@@ -59,16 +60,48 @@ std::string default_model_dir() {
 
 std::string model_or_default(const std::string& model) { return model.empty() ? default_model_dir() : model; }
 
+std::string format_bytes(size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+size_t parse_bytes(const std::string& text, const char* flag) {
+  double number = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  auto [rest, ec] = std::from_chars(begin, end, number);
+  std::string suffix(rest, end);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (suffix.size() > 1 && suffix.back() == 'B') suffix.pop_back();
+  if (suffix.size() > 1 && suffix.back() == 'I') suffix.pop_back();
+  double scale = 0;
+  if (suffix.empty()) scale = 1;
+  else if (suffix == "K") scale = 1024.0;
+  else if (suffix == "M") scale = 1024.0 * 1024;
+  else if (suffix == "G") scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  const double bytes = number * scale;
+  LMX_REQUIRE(InvalidArgument, ec == std::errc() && rest != begin && scale > 0 && bytes >= 1 && bytes < 1e18,
+              "{} '{}': expected a positive byte count such as 1073741824, 512M or 4G", flag, text);
+  return static_cast<size_t>(bytes);
+}
+
 void apply_threads(int threads) {
   LMX_REQUIRE(InvalidArgument, threads >= 0 && threads <= 1024, "--threads {} out of range", threads);
   set_default_threads(threads);
 }
 
-int64_t context_length(const LanguageModel& model) { return model.config().max_position_embeddings; }
+int64_t context_length(const LanguageModel& model) { return model.description().context_length; }
 
 void require_within_context(const LanguageModel& model, int64_t tokens, std::string_view what) {
   const int64_t limit = context_length(model);
-  LMX_REQUIRE(InvalidArgument, tokens <= limit, "{} need {} positions, more than the model's context length of {} tokens",
+  LMX_REQUIRE(InvalidArgument, limit <= 0 || tokens <= limit, "{} need {} positions, more than the model's context length of {} tokens",
               what, tokens, limit);
 }
 

@@ -3,10 +3,10 @@
 
 #include "lmx/core/error.h"
 #include "lmx/core/thread_pool.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
+#include "lmx/ops/backends.h"
 #include "lmx/ops/ops.h"
 #ifdef LMX_HAS_CUDA
-#include "lmx/model/cuda/gemma4_cuda_model.h"
 #include "lmx/ops/cuda/device_memory.h"
 
 #include <cuda_runtime.h>
@@ -26,20 +26,27 @@ int cuda_devices() {
 }
 }  // namespace
 
-void add_device_option(CLI::App* command, std::string& device) {
-  command->add_option("--device", device, "cpu, cuda or cuda:N (default: cuda when a GPU is present, else cpu)")
+void add_model_options(CLI::App* command, ModelFlags& flags) {
+  command->add_option("--device", flags.device, "cpu, cuda or cuda:N (default: cuda when a GPU is present, else cpu)")
       ->default_val("auto");
+  command->add_option("--kv-cache", flags.kv_cache, "KV cache codec: f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
+  command->add_option("--kv-budget", flags.kv_budget,
+                      "Bytes the KV cache may hold, e.g. 8G (default: 90 % of the device's free memory)");
+  command->add_option("--kv-block-tokens", flags.kv_block_tokens, "Tokens per KV block (default 64)")
+      ->check(CLI::Range(1, 65536));
 }
 
-std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const std::string& device) {
+std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const ModelFlags& flags) {
+  const std::string& device = flags.device;
   std::string name = device.empty() ? "auto" : device;
   if (name == "auto") name = cuda_devices() > 0 ? "cuda:0" : "cpu";
-  if (name == "cpu") return Gemma4Model::load(dir);
+  Device target = Device::cpu();
   if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
     int index = 0;
     if (name.size() > 5) {
       const std::string digits = name.substr(5);
-      LMX_REQUIRE(InvalidArgument, !digits.empty() && digits.size() < 4 && digits.find_first_not_of("0123456789") == std::string::npos,
+      LMX_REQUIRE(InvalidArgument,
+                  !digits.empty() && digits.size() < 4 && digits.find_first_not_of("0123456789") == std::string::npos,
                   "--device {}: expected cuda:N with a device number", device);
       index = std::stoi(digits);
     }
@@ -47,16 +54,22 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
     const int count = cuda_devices();
     LMX_REQUIRE(InvalidArgument, count > 0, "--device {}: no CUDA device is visible", device);
     LMX_REQUIRE(InvalidArgument, index < count, "--device {}: only {} CUDA device(s) visible", device, count);
-    CudaModelOptions options;
-    options.device = index;
-    return Gemma4CudaModel::load(dir, options);
-#else
-    (void)index;
-    throw Unsupported(fmt::format("--device {}: this lmx was built without the CUDA backend (configure with LMX_CUDA=ON)",
-                                  device));
 #endif
+    target = Device::cuda(index);
+  } else if (name != "cpu") {
+    throw InvalidArgument(fmt::format("--device {}: expected cpu, cuda or cuda:N", device));
   }
-  throw InvalidArgument(fmt::format("--device {}: expected cpu, cuda or cuda:N", device));
+  ModelOptions options;
+  if (!flags.kv_cache.empty()) {
+    try {
+      options.kv_codec = KvCodec::parse(flags.kv_cache);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("--kv-cache: {}", e.what()));
+    }
+  }
+  if (!flags.kv_budget.empty()) options.kv_budget_bytes = parse_bytes(flags.kv_budget, "--kv-budget");
+  options.kv_block_tokens = flags.kv_block_tokens;
+  return LanguageModel::load(dir, make_backend(target), options);
 }
 
 Verb add_info(CLI::App& app) {

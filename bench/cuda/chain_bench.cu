@@ -572,7 +572,7 @@ int main(int argc, char** argv) {
         time_chain<Wait::kTagged>(length, blocks, width, bytes_per_block, neighbours, stream);
     const double ahead =
         time_chain<Wait::kTaggedAhead>(length, blocks, width, bytes_per_block, neighbours, stream);
-    // The weights alone at the H200's measured read bandwidth (4.53 TB/s, docs/benchmarks.md).
+    // The weights alone at the H200's measured read bandwidth (4.53 TB/s; docs/benchmarks.md, "Machines").
     const double bytes_us = static_cast<double>(blocks) * bytes_per_block / 4.53e6;
     const double persist = time_persistent(length, blocks, width, bytes_per_block, neighbours, stream);
     auto cell = [](double us, const char* missing) {

@@ -170,7 +170,7 @@ Answer parse_answer(const std::string& out, const std::string& user_line, size_t
   if (std::regex_search(
           line, m,
           std::regex(
-              R"(\[prompt (\d+) tokens, (\d+) reused, [\d.]+ tok/s; answer (\d+) tokens, [\d.]+ tok/s; (\w+)\])"))) {
+              R"(\[prompt (\d+) tokens, (\d+) reused, [\d.]+ tok/s; answer (\d+) tokens, [\d.]+ tok/s; (\w+); KV [\d.]+ [KMG]?i?B\])"))) {
     a.prompt_tokens = std::stoll(m[1]);
     a.reused_tokens = std::stoll(m[2]);
     a.answer_tokens = std::stoll(m[3]);

@@ -5,7 +5,7 @@
 // invariance (a token's output bit-identical alone and inside larger calls, whichever kernel variant —
 // ungrouped decode or grouped prefill — each call picks).
 #include "lmx/core/half.h"
-#include "lmx/model/gemma4_weights.h"
+#include "lmx/model/gemma4/gemma4_weights.h"
 #include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"

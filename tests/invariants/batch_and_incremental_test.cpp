@@ -1,6 +1,6 @@
 // Invariants 2 and 3 on the tiny Gemma 4 shapes: batch invariance (bit-identical), and incremental
 // decode / chunked prefill against a one-shot forward.
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
 #include "support/test_support.h"
 #include "support/tiny_models.h"
 
@@ -13,11 +13,11 @@ namespace {
 
 class Invariants : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { model_ = Gemma4Model::load(test::tiny_model_dir(GetParam())); }
+  void SetUp() override { model_ = test::load_model(test::tiny_model_dir(GetParam())); }
 
   std::vector<int32_t> random_prompt(size_t length) {
     std::vector<int32_t> ids(length);
-    for (auto& id : ids) id = static_cast<int32_t>(3 + test::rng()() % (model_->config().vocab_size - 3));
+    for (auto& id : ids) id = static_cast<int32_t>(3 + test::rng()() % (model_->description().vocab_size - 3));
     ids[0] = 2;
     return ids;
   }
@@ -27,7 +27,7 @@ class Invariants : public ::testing::TestWithParam<std::string> {
     StepRow row{seq.get(), prompt};
     return model_->forward({&row, 1}, true);
   }
-  std::unique_ptr<Gemma4Model> model_;
+  std::unique_ptr<LanguageModel> model_;
 };
 
 bool rows_bit_identical(const Tensor& a, int64_t row_a, const Tensor& b, int64_t row_b) {
@@ -105,7 +105,7 @@ TEST_P(Invariants, IncrementalAndChunkedMatchOneShot) {
 
 TEST_P(Invariants, RejectsBadTokenIds) {
   auto seq = model_->new_sequence();
-  std::vector<int32_t> bad = {2, model_->config().vocab_size};
+  std::vector<int32_t> bad = {2, model_->description().vocab_size};
   StepRow row{seq.get(), bad};
   EXPECT_THROW(model_->forward({&row, 1}), InvalidArgument);
   std::vector<int32_t> negative = {-1};

@@ -3,7 +3,8 @@
 #include "lmx/engine/greedy.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/model/convert.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
+#include "support/tiny_models.h"
 #include "lmx/text/chat_template.h"
 #include "lmx/text/tokenizer.h"
 #include "support/test_support.h"
@@ -23,7 +24,7 @@ std::string greedy_answer(const std::string& dir, const std::string& question) {
   inputs.bos_token = tokenizer.bos_token();
   inputs.eos_token = tokenizer.eos_token();
   std::string prompt = ChatTemplate(tokenizer.chat_template()).render(inputs);
-  auto model = Gemma4Model::load(dir);
+  auto model = test::load_model(dir);
   GreedyOptions options;
   options.max_new_tokens = 48;
   options.stop_token_ids = load_generation_config(dir).eos_token_ids;

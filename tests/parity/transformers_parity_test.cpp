@@ -4,7 +4,8 @@
 #include "lmx/engine/greedy.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/io/safetensors.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
+#include "support/tiny_models.h"
 #include "support/goldens.h"
 #include "support/test_support.h"
 
@@ -27,7 +28,7 @@ class Parity : public ::testing::TestWithParam<std::string> {};
 TEST_P(Parity, LogitsAtEveryPosition) {
   const std::string dir = model_dir(GetParam());
   ASSERT_TRUE(test::exists(dir + "/goldens.safetensors")) << dir << " has no goldens";
-  auto model = Gemma4Model::load(dir);
+  auto model = test::load_model(dir);
   auto goldens = load_goldens(dir);
   ASSERT_GE(goldens.size(), 3u);
   float worst = 0;
@@ -46,7 +47,7 @@ TEST_P(Parity, LogitsAtEveryPosition) {
 
 TEST_P(Parity, GreedyContinuations) {
   const std::string dir = model_dir(GetParam());
-  auto model = Gemma4Model::load(dir);
+  auto model = test::load_model(dir);
   for (const auto& g : load_goldens(dir)) {
     GreedyOptions options;
     options.max_new_tokens = static_cast<int>(g.greedy.size());
@@ -59,9 +60,9 @@ TEST_P(Parity, GreedyContinuations) {
 // names give bit-identical logits.
 TEST_P(Parity, OtherCheckpointNamings) {
   const std::string dir = model_dir(GetParam());
-  auto reference_model = Gemma4Model::load(dir);
+  auto reference_model = test::load_model(dir);
   const std::vector<int32_t> prompt = load_goldens(dir).back().prompt;
-  auto run = [&](Gemma4Model& m) {
+  auto run = [&](LanguageModel& m) {
     auto seq = m.new_sequence();
     StepRow row{seq.get(), prompt};
     return m.forward({&row, 1}, true);
@@ -89,7 +90,7 @@ TEST_P(Parity, OtherCheckpointNamings) {
       root["text_config"].erase("quantization_config");
     }
     write_text_file(out.file("config.json"), root.dump(2));
-    auto model = Gemma4Model::load(out.path());
+    auto model = test::load_model(out.path());
     Tensor got = run(*model);
     EXPECT_EQ(test::max_abs_diff(got, expected), 0.0f) << prefix;
   }

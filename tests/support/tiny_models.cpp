@@ -3,6 +3,7 @@
 
 #include "lmx/model/convert.h"
 #include "lmx/model/synthetic.h"
+#include "lmx/ops/backends.h"
 #include "support/test_support.h"
 
 #include <map>
@@ -72,6 +73,10 @@ std::string tiny_model_dir(const std::string& name) {
     write_synthetic_gemma4(tiny_config(name), dir->path(), /*seed=*/17, quantize ? &*quantize : nullptr);
   }
   return dir->path();
+}
+
+std::unique_ptr<LanguageModel> load_model(const std::string& dir, const Device& device, const ModelOptions& options) {
+  return LanguageModel::load(dir, make_backend(device), options);
 }
 
 }  // namespace lmx::test

@@ -2,7 +2,12 @@
 // written as synthetic checkpoints so invariant tests need no golden files.
 #pragma once
 
+#include "lmx/core/device.h"
+#include "lmx/model/language_model.h"
+
 #include <nlohmann/json.hpp>
+
+#include <memory>
 
 #include <string>
 #include <vector>
@@ -20,5 +25,9 @@ std::vector<std::string> gpu_tiny_config_names();
 nlohmann::json tiny_config(const std::string& name);
 // Writes the synthetic checkpoint once per process into a temp dir and returns its path.
 std::string tiny_model_dir(const std::string& name);
+
+// The model in `dir` on `device` (the CPU by default) with `options`.
+std::unique_ptr<LanguageModel> load_model(const std::string& dir, const Device& device = Device::cpu(),
+                                          const ModelOptions& options = {});
 
 }  // namespace lmx::test

@@ -46,10 +46,12 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
   return s;
 }
 
-std::shared_ptr<Storage> Storage::borrow(std::shared_ptr<const void> keepalive, void* data, size_t bytes) {
+std::shared_ptr<Storage> Storage::borrow(std::shared_ptr<const void> keepalive, void* data, size_t bytes,
+                                         Device device) {
   auto s = std::shared_ptr<Storage>(new Storage());
   s->data_ = static_cast<std::byte*>(data);
   s->bytes_ = bytes;
+  s->device_ = device;
   s->keepalive_ = std::move(keepalive);
   return s;
 }
@@ -107,6 +109,10 @@ void Tensor::check_dtype(DType expected) const {
                            dtype_name(expected));
 }
 
+void Tensor::check_host(const char* what) const {
+  LMX_REQUIRE(InvalidArgument, device().is_cpu(), "{} of a tensor on {}: host tensors only", what, device().name());
+}
+
 const uint16_t* Tensor::data_u16() const {
   LMX_REQUIRE(InvalidArgument, dtype_ == DType::kBF16 || dtype_ == DType::kF16,
                            "data_u16 on a {} tensor", dtype_name(dtype_));
@@ -144,7 +150,26 @@ Tensor Tensor::select(int64_t i) const {
   return t;
 }
 
+Tensor Tensor::as_strided(Shape shape, Shape strides) const {
+  LMX_REQUIRE(InvalidArgument, shape.size() == strides.size(), "as_strided: shape {} with {} strides",
+              shape_string(shape), strides.size());
+  int64_t last = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    LMX_REQUIRE(InvalidArgument, shape[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride");
+    if (shape[i] == 0) last = -1;
+    if (last >= 0) last += (shape[i] - 1) * strides[i];
+  }
+  LMX_REQUIRE(InvalidArgument,
+              last < 0 || byte_offset_ + static_cast<size_t>(last + 1) * dtype_size(dtype_) <= storage_->bytes(),
+              "as_strided: view {} reaches past the storage", shape_string(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  return t;
+}
+
 Tensor Tensor::contiguous() const {
+  check_host("contiguous()");
   Tensor out = zeros(shape_, dtype_);
   size_t esize = dtype_size(dtype_);
   if (is_contiguous()) {
@@ -187,6 +212,7 @@ Tensor Tensor::contiguous() const {
 }
 
 float Tensor::item_f32(int64_t flat_index) const {
+  check_host("item_f32()");
   LMX_REQUIRE(InvalidArgument, flat_index >= 0 && flat_index < numel(), "item index {} out of range", flat_index);
   int64_t offset = 0, rem = flat_index;
   for (size_t k = shape_.size(); k-- > 0;) {

@@ -2,6 +2,7 @@
 // window into a memory-mapped file that the view keeps alive).
 #pragma once
 
+#include "lmx/core/device.h"
 #include "lmx/core/dtype.h"
 #include "lmx/core/error.h"
 
@@ -28,8 +29,10 @@ class Storage {
 
   // Zero-filled, aligned, owned allocation of `bytes` bytes.
   static std::shared_ptr<Storage> allocate(size_t bytes);
-  // Non-owning window [data, data + bytes) kept valid by `keepalive` (e.g. a mapped file).
-  static std::shared_ptr<Storage> borrow(std::shared_ptr<const void> keepalive, void* data, size_t bytes);
+  // Non-owning window [data, data + bytes) kept valid by `keepalive` (e.g. a mapped file, or a device
+  // allocation when `device` is a GPU: then the bytes are not host-addressable).
+  static std::shared_ptr<Storage> borrow(std::shared_ptr<const void> keepalive, void* data, size_t bytes,
+                                         Device device = Device::cpu());
 
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -37,6 +40,7 @@ class Storage {
 
   std::byte* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
 
  private:
   Storage() = default;
@@ -44,6 +48,7 @@ class Storage {
   size_t bytes_ = 0;
   bool owned_ = false;
   size_t mapped_bytes_ = 0;  // owned and mapped (kMapThreshold): the length to unmap
+  Device device_;
   std::shared_ptr<const void> keepalive_;
 };
 
@@ -61,6 +66,9 @@ class Tensor {
   static Tensor from_vector(const std::vector<T>& values, Shape shape);
 
   bool defined() const { return storage_ != nullptr; }
+  // Host memory unless the storage is a device allocation (then only views and raw_data() apply: copies,
+  // conversions and element reads are host-only and throw InvalidArgument).
+  Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   const Shape& strides() const { return strides_; }  // in elements
@@ -91,6 +99,9 @@ class Tensor {
   Tensor slice(int d, int64_t start, int64_t end) const;
   // Removes dimension 0 by taking index `i` along it.
   Tensor select(int64_t i) const;
+  // The same first element viewed as `shape` with `strides` (in elements); InvalidArgument when the view
+  // reaches past the storage.
+  Tensor as_strided(Shape shape, Shape strides) const;
 
   // Copies (new storage).
   Tensor contiguous() const;
@@ -103,6 +114,7 @@ class Tensor {
 
  private:
   void check_dtype(DType expected) const;
+  void check_host(const char* what) const;
   std::shared_ptr<Storage> storage_;
   size_t byte_offset_ = 0;
   Shape shape_;

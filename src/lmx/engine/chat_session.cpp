@@ -80,6 +80,7 @@ TurnResult generate_turn(ChatSession& session, Sampler& sampler, std::span<const
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   if (options.max_new_tokens == 0) {
     result.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    result.kv_bytes = session.kv_bytes();
     return result;
   }
   int32_t token = sampler.sample(logits, history);
@@ -105,6 +106,7 @@ TurnResult generate_turn(ChatSession& session, Sampler& sampler, std::span<const
     token = sampler.sample(session.decode(token), history);
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - decode_start).count();
+  result.kv_bytes = session.kv_bytes();
   return result;
 }
 

@@ -34,6 +34,8 @@ class ChatSession {
   std::span<const int32_t> tokens() const { return tokens_; }
   // How many prompt tokens the last prefill() took from the KV instead of running them.
   int64_t reused_tokens() const { return reused_tokens_; }
+  // Bytes of KV blocks the session's sequence holds (0 before the first prefill).
+  size_t kv_bytes() const { return sequence_ ? model_.kv_bytes(*sequence_) : 0; }
 
  private:
   // Whether truncating to `length` leaves every sliding layer with the keys a query at `length`
@@ -70,6 +72,7 @@ struct TurnResult {
   int64_t reused_tokens = 0;   // prompt tokens whose KV was reused
   double prefill_seconds = 0;  // through the first token's logits
   double decode_seconds = 0;   // every later step
+  size_t kv_bytes = 0;         // KV blocks the session holds after the turn
 };
 
 // Prefills `prompt` (non-empty) in `session` and samples up to max_new_tokens with `sampler`, whose

@@ -2,7 +2,6 @@
 #include "lmx/engine/greedy.h"
 
 #include "lmx/core/error.h"
-#include "lmx/ops/ops.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,13 +19,11 @@ GreedyResult generate_greedy(LanguageModel& model, std::span<const int32_t> prom
   const size_t chunk = options.prefill_chunk_tokens > 0 ? static_cast<size_t>(options.prefill_chunk_tokens) : prompt.size();
 
   auto start = Clock::now();
-  Tensor logits;
+  int32_t token = 0;
   for (size_t begin = 0; begin < prompt.size(); begin += chunk) {
     StepRow row{seq.get(), prompt.subspan(begin, std::min(chunk, prompt.size() - begin))};
-    logits = model.forward({&row, 1});
+    token = model.forward_argmax({&row, 1})[0];
   }
-  const int64_t vocab = logits.dim(1);
-  int32_t token = ops::argmax({logits.data<float>(), static_cast<size_t>(vocab)});
   result.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
   auto decode_start = Clock::now();
@@ -37,10 +34,10 @@ GreedyResult generate_greedy(LanguageModel& model, std::span<const int32_t> prom
                 options.stop_token_ids.end();
     if (!keep_going || stop || static_cast<int>(result.tokens.size()) >= options.max_new_tokens) break;
     StepRow row{seq.get(), {&result.tokens.back(), 1}};
-    logits = model.forward({&row, 1});
-    token = ops::argmax({logits.data<float>(), static_cast<size_t>(vocab)});
+    token = model.forward_argmax({&row, 1})[0];
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - decode_start).count();
+  result.kv_bytes = model.kv_bytes(*seq);
   return result;
 }
 

@@ -1,163 +1,215 @@
-// KV cache: full-precision (f32) codec over growable per-sequence, per-layer token arrays.
+// The paged KV cache: block tables per sequence and group, sliding release, forks, copy-on-write.
 #include "lmx/kv/kv_cache.h"
 
 #include "lmx/core/error.h"
-#include "lmx/core/thread_pool.h"
-#include "lmx/ops/ops.h"
 
 #include <algorithm>
-#include <cstring>
+#include <unordered_set>
 
 namespace lmx {
 
-std::string kv_codec_signature(KvCodecKind codec, const KvLayerSpec& spec) {
-  std::string s;
-  switch (codec) {
-    case KvCodecKind::kF32:
-      s = "kv:f32";
-      break;
-  }
-  s += fmt::format(":h={}:d={}", spec.num_kv_heads, spec.head_dim);
-  if (spec.sliding_window > 0) s += fmt::format(":window={}", spec.sliding_window);
-  return s;
+// What a cache and its sequences share: the layout and the pool (kept alive by every sequence).
+struct KvSequence::Shared {
+  Shared(KvLayout l, std::vector<size_t> block_bytes, size_t budget, std::shared_ptr<KvMemory> memory)
+      : layout(std::move(l)), pool(std::move(block_bytes), budget, std::move(memory)) {}
+  KvLayout layout;
+  KvBlockPool pool;
+};
+
+namespace {
+size_t default_budget(const KvLayout& layout, const KvMemory& memory) {
+  size_t one_of_each = 0;
+  for (int g = 0; g < layout.num_groups(); ++g) one_of_each += layout.group(g).block_bytes;
+  const auto share = static_cast<size_t>(static_cast<double>(memory.available_bytes()) * kDefaultBudgetShare);
+  return std::max(share, one_of_each);
 }
 
-int64_t SequenceKv::stored_tokens(int layer) const { return layers_.at(static_cast<size_t>(layer)).count; }
+std::vector<size_t> group_block_bytes(const KvLayout& layout) {
+  std::vector<size_t> bytes;
+  for (int g = 0; g < layout.num_groups(); ++g) bytes.push_back(layout.group(g).block_bytes);
+  return bytes;
+}
 
-size_t SequenceKv::bytes() const {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+// ---- KvSequence --------------------------------------------------------------------------------------
+
+KvSequence::KvSequence(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {
+  tables_.resize(static_cast<size_t>(shared_->layout.num_groups()));
+}
+
+KvSequence::~KvSequence() {
+  for (int g = 0; g < static_cast<int>(tables_.size()); ++g) release_blocks(g, 0);
+}
+
+void KvSequence::release_blocks(int group, size_t from) {
+  auto& blocks = tables_[static_cast<size_t>(group)].blocks;
+  for (size_t i = from; i < blocks.size(); ++i) shared_->pool.release(blocks[i]);
+  blocks.resize(std::min(from, blocks.size()));
+}
+
+int64_t KvSequence::first_stored_position(int group) const {
+  return first_block(group) * shared_->layout.block_tokens();
+}
+
+size_t KvSequence::bytes() const {
   size_t total = 0;
-  for (const auto& l : layers_) total += l.keys.nbytes() + l.values.nbytes();
+  for (int g = 0; g < static_cast<int>(tables_.size()); ++g)
+    total += tables_[static_cast<size_t>(g)].blocks.size() * shared_->layout.group(g).block_bytes;
   return total;
 }
 
-bool SequenceKv::can_truncate(int64_t new_length) const {
-  if (new_length < 0 || new_length > length_) return false;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const auto& l = layers_[i];
-    const int window = owner_->spec(static_cast<int>(i)).sliding_window;
-    const int64_t needed_from = window > 0 ? std::max<int64_t>(0, new_length - window + 1) : 0;
-    if (l.count > 0 && l.first_position > needed_from) return false;
+std::string KvSequence::truncate_refusal(int64_t new_length) const {
+  if (new_length < 0 || new_length > length_)
+    return fmt::format("cannot rewind to {}: the sequence holds {} tokens", new_length, length_);
+  if (new_length == 0) return {};
+  const KvLayout& layout = shared_->layout;
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    const int window = layout.group(g).window;
+    if (window <= 0) continue;
+    // The next query (at new_length) sees keys from new_length - window + 1 on.
+    const int64_t needed_from = std::max<int64_t>(0, new_length - window + 1);
+    if (first_stored_position(g) > needed_from)
+      return fmt::format(
+          "cannot rewind to {}: the layers of window {} (e.g. layer {}) released positions before {}, and a query at "
+          "{} attends to positions from {}",
+          new_length, window, layout.layer(layout.group(g).layers.front()).model_layer, first_stored_position(g),
+          new_length, needed_from);
   }
-  return true;
+  return {};
 }
 
-void SequenceKv::truncate(int64_t new_length) {
-  LMX_REQUIRE(InvalidArgument, new_length >= 0 && new_length <= length_, "truncate to {} of a sequence of length {}",
-                           new_length, length_);
-  // A sliding layer must still hold every key the next query (at position new_length) can see:
-  // positions new_length - W + 1 and later.
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const auto& l = layers_[i];
-    const int window = owner_->spec(static_cast<int>(i)).sliding_window;
-    const int64_t needed_from = window > 0 ? std::max<int64_t>(0, new_length - window + 1) : 0;
-    if (l.count > 0 && l.first_position > needed_from)
-      throw InvalidArgument(fmt::format("cannot rewind to {}: layer {} kept only tokens from position {}", new_length,
-                                        i, l.first_position));
+void KvSequence::truncate(int64_t new_length) {
+  const std::string refusal = truncate_refusal(new_length);
+  LMX_REQUIRE(InvalidArgument, refusal.empty(), "{}", refusal);
+  const int64_t block_tokens = shared_->layout.block_tokens();
+  for (int g = 0; g < static_cast<int>(tables_.size()); ++g) {
+    Table& t = tables_[static_cast<size_t>(g)];
+    const int64_t keep_blocks = std::max<int64_t>(0, ceil_div(new_length, block_tokens) - t.first_block);
+    release_blocks(g, static_cast<size_t>(keep_blocks));
+    if (t.blocks.empty()) t.first_block = new_length / block_tokens;
   }
-  for (auto& l : layers_) l.count = std::max<int64_t>(0, std::min(l.count, new_length - l.first_position));
   length_ = new_length;
 }
 
-KvCache::KvCache(std::vector<KvLayerSpec> layers, KvCodecKind codec) : specs_(std::move(layers)), codec_(codec) {
-  for (const auto& s : specs_)
-    LMX_REQUIRE(InvalidArgument, s.num_kv_heads > 0 && s.head_dim > 0 && s.sliding_window >= 0,
-                             "bad KV layer spec (heads {}, head_dim {}, window {})", s.num_kv_heads, s.head_dim,
-                             s.sliding_window);
+// ---- KvCache -----------------------------------------------------------------------------------------
+
+KvCache::KvCache(std::span<const KvLayerGeometry> model_layers, const KvCacheOptions& options,
+                 std::shared_ptr<KvMemory> memory) {
+  LMX_REQUIRE(InvalidArgument, memory != nullptr, "KV cache: no memory");
+  KvLayout layout(model_layers, options.codec, options.block_tokens);
+  const size_t budget = options.budget_bytes > 0 ? options.budget_bytes : default_budget(layout, *memory);
+  std::vector<size_t> bytes = group_block_bytes(layout);
+  shared_ = std::make_shared<KvSequence::Shared>(std::move(layout), std::move(bytes), budget, std::move(memory));
 }
 
-std::unique_ptr<SequenceKv> KvCache::new_sequence() const {
-  auto seq = std::make_unique<SequenceKv>();
-  seq->owner_ = this;
-  seq->layers_.resize(specs_.size());
+KvCache::~KvCache() = default;
+
+const KvLayout& KvCache::layout() const { return shared_->layout; }
+const KvBlockPool& KvCache::pool() const { return shared_->pool; }
+KvBlockPool& KvCache::pool() { return shared_->pool; }
+
+std::unique_ptr<KvSequence> KvCache::new_sequence() const {
+  return std::unique_ptr<KvSequence>(new KvSequence(shared_));
+}
+
+KvSequence& KvCache::own(Sequence* sequence) const {
+  auto* kv = dynamic_cast<KvSequence*>(sequence);
+  LMX_REQUIRE(InvalidArgument, kv != nullptr && kv->shared_ == shared_,
+              "the sequence belongs to another model or backend");
+  return *kv;
+}
+
+std::unique_ptr<KvSequence> KvCache::fork(const KvSequence& source, int64_t length) const {
+  LMX_REQUIRE(InvalidArgument, source.shared_ == shared_, "fork: the sequence belongs to another model or backend");
+  const std::string refusal = source.truncate_refusal(length);
+  LMX_REQUIRE(InvalidArgument, refusal.empty(), "fork at {}: {}", length, refusal);
+  auto seq = new_sequence();
+  const int64_t block_tokens = layout().block_tokens();
+  for (int g = 0; g < layout().num_groups(); ++g) {
+    const KvSequence::Table& from = source.tables_[static_cast<size_t>(g)];
+    KvSequence::Table& to = seq->tables_[static_cast<size_t>(g)];
+    const int64_t end_block = ceil_div(length, block_tokens);
+    to.first_block = std::min(from.first_block, length / block_tokens);
+    for (int64_t b = to.first_block; b < end_block; ++b) {
+      const KvBlockId id = from.blocks[static_cast<size_t>(b - from.first_block)];
+      shared_->pool.retain(id);
+      to.blocks.push_back(id);
+    }
+  }
+  seq->length_ = length;
   return seq;
 }
 
-namespace {
-// Ensures room for `needed` tokens, growing geometrically and keeping stored tokens.
-void reserve(Tensor& buffer, int64_t stored, int64_t needed, int heads, int head_dim) {
-  int64_t capacity = buffer.defined() ? buffer.dim(0) : 0;
-  if (needed <= capacity) return;
-  int64_t new_capacity = std::max<int64_t>({needed, capacity * 2, 16});
-  Tensor grown = Tensor::zeros({new_capacity, heads, head_dim}, DType::kF32);
-  if (stored > 0) std::memcpy(grown.raw_data(), buffer.raw_data(), static_cast<size_t>(stored) * heads * head_dim * 4);
-  buffer = std::move(grown);
-}
-
-// Drops the oldest `drop` tokens of a [capacity, heads, dim] buffer holding `count` tokens.
-void drop_front(Tensor& buffer, int64_t count, int64_t drop) {
-  if (drop <= 0) return;
-  size_t row = static_cast<size_t>(buffer.dim(1) * buffer.dim(2)) * 4;
-  auto* base = static_cast<std::byte*>(buffer.raw_data());
-  std::memmove(base, base + drop * row, static_cast<size_t>(count - drop) * row);
-}
-}  // namespace
-
-void KvCache::append(int layer, std::span<const KvRow> rows, const Tensor& k, const Tensor& v) const {
-  const KvLayerSpec& spec = specs_.at(static_cast<size_t>(layer));
-  int64_t total = 0;
-  for (const auto& r : rows) total += r.new_tokens;
-  const Shape expected{total, spec.num_kv_heads, spec.head_dim};
-  LMX_REQUIRE(InvalidArgument, k.shape() == expected && v.shape() == expected && k.is_contiguous() && v.is_contiguous(),
-                           "KV append to layer {}: k {} and v {} must be contiguous {}", layer,
-                           shape_string(k.shape()), shape_string(v.shape()), shape_string(expected));
-  const size_t row_bytes = static_cast<size_t>(spec.num_kv_heads) * spec.head_dim * 4;
-  int64_t offset = 0;
-  for (const auto& r : rows) {
-    LMX_REQUIRE(InvalidArgument, r.kv && r.kv->owner_ == this, "KV append: row's sequence belongs to another cache");
-    auto& store = r.kv->layers_[static_cast<size_t>(layer)];
-    const int64_t first_new = r.kv->length_;
-    // Tokens stored past the sequence's length (a step that failed before commit) are discarded.
-    store.count = std::clamp<int64_t>(first_new - store.first_position, 0, store.count);
-    if (store.count == 0) store.first_position = first_new;
-    // Sliding layers: the earliest query of this step (position first_new) sees keys > first_new - W.
-    if (spec.sliding_window > 0) {
-      int64_t keep_from = first_new - spec.sliding_window + 1;
-      int64_t drop = std::clamp<int64_t>(keep_from - store.first_position, 0, store.count);
-      drop_front(store.keys, store.count, drop);
-      drop_front(store.values, store.count, drop);
-      store.count -= drop;
-      store.first_position += drop;
-    }
-    reserve(store.keys, store.count, store.count + r.new_tokens, spec.num_kv_heads, spec.head_dim);
-    reserve(store.values, store.count, store.count + r.new_tokens, spec.num_kv_heads, spec.head_dim);
-    const size_t bytes = static_cast<size_t>(r.new_tokens) * row_bytes;
-    std::memcpy(static_cast<std::byte*>(store.keys.raw_data()) + store.count * row_bytes,
-                static_cast<const std::byte*>(k.raw_data()) + offset * row_bytes, bytes);
-    std::memcpy(static_cast<std::byte*>(store.values.raw_data()) + store.count * row_bytes,
-                static_cast<const std::byte*>(v.raw_data()) + offset * row_bytes, bytes);
-    store.count += r.new_tokens;
-    offset += r.new_tokens;
+void KvCache::prepare(std::span<const KvRow> rows) {
+  std::unordered_set<const KvSequence*> seen;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    LMX_REQUIRE(InvalidArgument, rows[r].sequence != nullptr && rows[r].sequence->shared_ == shared_,
+                "step row {}: the sequence belongs to another model or backend", r);
+    LMX_REQUIRE(InvalidArgument, rows[r].new_tokens > 0, "step row {} has no tokens", r);
+    LMX_REQUIRE(InvalidArgument, seen.insert(rows[r].sequence).second, "step row {}: its sequence is in two rows", r);
   }
-}
-
-void KvCache::attend(int layer, std::span<const KvRow> rows, const Tensor& q, float scale, Tensor& out) const {
-  const KvLayerSpec& spec = specs_.at(static_cast<size_t>(layer));
-  int64_t total = 0;
-  for (const auto& r : rows) total += r.new_tokens;
-  LMX_REQUIRE(InvalidArgument, q.ndim() == 3 && q.dim(0) == total && q.dim(2) == spec.head_dim &&
-                               q.dim(1) % spec.num_kv_heads == 0 && out.shape() == q.shape(),
-                           "KV attend on layer {}: q {} / out {} do not match {} tokens of {} heads × {}", layer,
-                           shape_string(q.shape()), shape_string(out.shape()), total, spec.num_kv_heads,
-                           spec.head_dim);
-  int64_t offset = 0;
-  std::vector<int32_t> q_pos, k_pos;
-  for (const auto& r : rows) {
-    const auto& store = r.kv->layers_[static_cast<size_t>(layer)];
-    q_pos.resize(static_cast<size_t>(r.new_tokens));
-    for (int64_t i = 0; i < r.new_tokens; ++i) q_pos[static_cast<size_t>(i)] = static_cast<int32_t>(r.kv->length_ + i);
-    k_pos.resize(static_cast<size_t>(store.count));
-    for (int64_t j = 0; j < store.count; ++j) k_pos[static_cast<size_t>(j)] = static_cast<int32_t>(store.first_position + j);
-    Tensor row_q = q.slice(0, offset, offset + r.new_tokens);
-    Tensor row_out = out.slice(0, offset, offset + r.new_tokens);
-    Tensor keys = store.keys.slice(0, 0, store.count);
-    Tensor values = store.values.slice(0, 0, store.count);
-    ops::attention(row_q, keys, values, q_pos, k_pos, spec.sliding_window, scale, row_out);
-    offset += r.new_tokens;
+  const KvLayout& lay = layout();
+  KvBlockPool& pool = shared_->pool;
+  const int64_t block_tokens = lay.block_tokens();
+  // Sliding groups first give back the blocks every query of the step is past: the earliest query (at
+  // the row's length) sees keys from length - window + 1 on.
+  for (const KvRow& row : rows) {
+    KvSequence& seq = *row.sequence;
+    for (int g = 0; g < lay.num_groups(); ++g) {
+      const int window = lay.group(g).window;
+      KvSequence::Table& t = seq.tables_[static_cast<size_t>(g)];
+      if (window <= 0 || t.blocks.empty()) continue;
+      const int64_t keep_from_block = std::max<int64_t>(0, seq.length_ - window + 1) / block_tokens;
+      const int64_t drop = std::clamp<int64_t>(keep_from_block - t.first_block, 0, static_cast<int64_t>(t.blocks.size()));
+      for (int64_t i = 0; i < drop; ++i) pool.release(t.blocks[static_cast<size_t>(i)]);
+      t.blocks.erase(t.blocks.begin(), t.blocks.begin() + drop);
+      t.first_block += drop;
+    }
+  }
+  // What the step needs per group: blocks past each table's end, and shared blocks it writes into.
+  std::vector<int64_t> needed(static_cast<size_t>(lay.num_groups()), 0);
+  for (const KvRow& row : rows) {
+    const KvSequence& seq = *row.sequence;
+    const int64_t first = seq.length_ / block_tokens, end = ceil_div(seq.length_ + row.new_tokens, block_tokens);
+    for (int g = 0; g < lay.num_groups(); ++g) {
+      const KvSequence::Table& t = seq.tables_[static_cast<size_t>(g)];
+      const int64_t have_end = t.blocks.empty() ? first : t.first_block + static_cast<int64_t>(t.blocks.size());
+      needed[static_cast<size_t>(g)] += std::max<int64_t>(0, end - std::max(have_end, first));
+      for (int64_t b = std::max(first, t.first_block); b < std::min(end, have_end); ++b)
+        if (pool.refcount(t.blocks[static_cast<size_t>(b - t.first_block)]) > 1) ++needed[static_cast<size_t>(g)];
+    }
+  }
+  if (!pool.can_allocate(needed)) {
+    size_t bytes = 0;
+    for (int g = 0; g < lay.num_groups(); ++g) bytes += static_cast<size_t>(needed[static_cast<size_t>(g)]) * lay.group(g).block_bytes;
+    throw KvPoolExhausted(bytes, pool.budget_bytes(),
+                          fmt::format("KV cache full: the step needs {} more bytes of blocks ({} of {} bytes in use on {})",
+                                      bytes, pool.used_bytes(), pool.budget_bytes(), pool.memory().name()));
+  }
+  for (const KvRow& row : rows) {
+    KvSequence& seq = *row.sequence;
+    const int64_t first = seq.length_ / block_tokens, end = ceil_div(seq.length_ + row.new_tokens, block_tokens);
+    for (int g = 0; g < lay.num_groups(); ++g) {
+      KvSequence::Table& t = seq.tables_[static_cast<size_t>(g)];
+      if (t.blocks.empty()) t.first_block = first;
+      for (int64_t b = std::max(first, t.first_block); b < end; ++b) {
+        const size_t i = static_cast<size_t>(b - t.first_block);
+        if (i == t.blocks.size()) {
+          t.blocks.push_back(pool.allocate(g));
+        } else if (pool.refcount(t.blocks[i]) > 1) {
+          const KvBlockId copy = pool.duplicate(t.blocks[i]);
+          pool.release(t.blocks[i]);
+          t.blocks[i] = copy;
+        }
+      }
+    }
   }
 }
 
 void KvCache::commit(std::span<const KvRow> rows) {
-  for (const auto& r : rows) r.kv->length_ += r.new_tokens;
+  for (const KvRow& r : rows) r.sequence->length_ += r.new_tokens;
 }
 
 }  // namespace lmx

@@ -1,8 +1,12 @@
-// KV cache interface: per-sequence storage of keys and values for every cache layer, with
-// append-once-per-layer-and-step and attend-for-every-consumer (DESIGN.md, "KV design").
+// The paged KV cache: per sequence and cache group a block table over a KvBlockPool, sliding-window
+// groups releasing blocks that left the window, KV-sharing layers reading their donor's table, and
+// refcounted block sharing between sequences (fork) with copy-on-write of a shared partial block.
+// Backend-neutral: the bytes live in the pool's KvMemory; backends read them through step tables
+// (kv_step.h) with their own kernels.
 #pragma once
 
-#include "lmx/core/tensor.h"
+#include "lmx/kv/block_pool.h"
+#include "lmx/kv/kv_layout.h"
 #include "lmx/kv/sequence.h"
 
 #include <cstdint>
@@ -13,82 +17,99 @@
 
 namespace lmx {
 
-// Shape and policy of one cache layer. A model layer that shares KV (Gemma 4 KV sharing) has no
-// cache layer of its own; it attends over its donor's.
-struct KvLayerSpec {
-  int num_kv_heads = 0;
-  int head_dim = 0;        // of keys and values
-  int sliding_window = 0;  // 0 = full attention; W > 0: a query at p sees keys p - W < j <= p
+struct KvCacheOptions {
+  KvCodec codec;
+  int block_tokens = 64;
+  // 0: the default, kDefaultBudgetShare of what the memory reports available (at least one block of
+  // every group).
+  size_t budget_bytes = 0;
 };
 
-// The codec that stores a cache layer's tokens. Full precision (f32 on CPU) is the first; quantized
-// codecs implement the same contract. Every codec has a stable signature string.
-enum class KvCodecKind { kF32 };
-std::string kv_codec_signature(KvCodecKind codec, const KvLayerSpec& spec);
+// The share of available memory a default budget takes (the host's free RAM, the GPU's free memory
+// after the weights are loaded).
+constexpr double kDefaultBudgetShare = 0.9;
 
 class KvCache;
 
-// One sequence's KV across all cache layers. Created by KvCache::new_sequence; used only with the
-// cache that made it. Not thread-safe; a sequence belongs to one engine step at a time.
-class SequenceKv final : public Sequence {
+// One sequence's KV. Created by a KvCache (new_sequence, fork) and used only with it; keeps the
+// cache's blocks alive. Not thread-safe; a sequence belongs to one engine step at a time.
+class KvSequence final : public Sequence {
  public:
+  ~KvSequence() override;
+  KvSequence(const KvSequence&) = delete;
+  KvSequence& operator=(const KvSequence&) = delete;
+
   int64_t length() const override { return length_; }
-  // Tokens currently stored for cache layer `layer` (≤ length: sliding layers keep their window).
-  int64_t stored_tokens(int layer) const;
-  // Bytes of KV storage currently held (all layers).
-  size_t bytes() const;
-  bool can_truncate(int64_t new_length) const override;
-  // Drops every token at position >= new_length (rewind). Throws InvalidArgument when a sliding
-  // layer has already discarded tokens the rewind would need.
+  bool can_truncate(int64_t new_length) const override { return truncate_refusal(new_length).empty(); }
+  // Drops every position >= new_length, releasing the blocks past it. Throws InvalidArgument with
+  // truncate_refusal's reason when it cannot.
   void truncate(int64_t new_length) override;
+  // Why truncate(new_length) cannot work (a sliding group already released keys a query at
+  // new_length attends to; new_length outside [0, length]), or "" when it can.
+  std::string truncate_refusal(int64_t new_length) const;
+
+  // Bytes of the blocks this sequence references (a block shared with others counts fully).
+  size_t bytes() const;
+  // Group g's table: blocks()[i] holds positions [(first_block + i) * block_tokens, ... + block_tokens).
+  std::span<const KvBlockId> blocks(int group) const { return tables_.at(static_cast<size_t>(group)).blocks; }
+  int64_t first_block(int group) const { return tables_.at(static_cast<size_t>(group)).first_block; }
+  // The first position group g still stores (sliding groups release older ones).
+  int64_t first_stored_position(int group) const;
 
  private:
   friend class KvCache;
-  struct LayerStore {
-    Tensor keys;    // [capacity, heads, head_dim] f32
-    Tensor values;  // [capacity, heads, head_dim] f32
-    int64_t first_position = 0;  // position of stored token 0
-    int64_t count = 0;           // stored tokens
+  struct Shared;
+  struct Table {
+    std::vector<KvBlockId> blocks;
+    int64_t first_block = 0;
   };
-  std::vector<LayerStore> layers_;
+  explicit KvSequence(std::shared_ptr<Shared> shared);
+  void release_blocks(int group, size_t from);  // drops blocks()[from ..]
+
+  std::shared_ptr<Shared> shared_;
+  std::vector<Table> tables_;
   int64_t length_ = 0;
-  const KvCache* owner_ = nullptr;
 };
 
 // A row of one engine step: a sequence and the number of new tokens it brings. Its new tokens take
-// positions [kv->length(), kv->length() + new_tokens) until commit().
+// positions [length, length + new_tokens) until commit().
 struct KvRow {
-  SequenceKv* kv = nullptr;
+  KvSequence* sequence = nullptr;
   int64_t new_tokens = 0;
 };
 
 class KvCache {
  public:
-  KvCache(std::vector<KvLayerSpec> layers, KvCodecKind codec = KvCodecKind::kF32);
+  // InvalidArgument for a malformed geometry (KvLayout) or options.
+  KvCache(std::span<const KvLayerGeometry> model_layers, const KvCacheOptions& options,
+          std::shared_ptr<KvMemory> memory);
+  ~KvCache();
 
-  int num_layers() const { return static_cast<int>(specs_.size()); }
-  const KvLayerSpec& spec(int layer) const { return specs_[layer]; }
-  std::string signature(int layer) const { return kv_codec_signature(codec_, specs_[layer]); }
+  const KvLayout& layout() const;
+  const KvBlockPool& pool() const;
+  KvBlockPool& pool();
 
-  std::unique_ptr<SequenceKv> new_sequence() const;
+  std::unique_ptr<KvSequence> new_sequence() const;
+  // A new sequence holding the first `length` positions of `source`, sharing its blocks (a partial last
+  // block is copied by whichever sequence writes into it first). InvalidArgument when `source` belongs to
+  // another cache, `length` is outside [0, source.length()], or a sliding group of source has released
+  // keys a query at `length` attends to.
+  std::unique_ptr<KvSequence> fork(const KvSequence& source, int64_t length) const;
 
-  // Stores the step's new keys and values for cache layer `layer`. k and v are [T, heads, head_dim]
-  // with T = Σ rows.new_tokens, rows' tokens consecutive in row order. Sliding layers first drop
-  // tokens no query of this step can see. Call once per layer per step, before attend().
-  void append(int layer, std::span<const KvRow> rows, const Tensor& k, const Tensor& v) const;
-
-  // Attention of the step's queries q [T, q_heads, head_dim] (rows as in append) over each row's
-  // stored history of cache layer `layer` (which includes this step's tokens), causal and windowed
-  // by position; GQA when q_heads is a multiple of the layer's heads. Writes out [T, q_heads,
-  // head_dim]. Any number of consumers (KV-sharing layers) may attend to one layer per step.
-  void attend(int layer, std::span<const KvRow> rows, const Tensor& q, float scale, Tensor& out) const;
-
+  // Makes positions [length, length + new_tokens) of every row writable in every group before a step:
+  // releases blocks of sliding groups that no query of the step sees, copies shared blocks the step
+  // writes into, allocates missing blocks. Throws KvPoolExhausted when the pool cannot hold the step:
+  // then no block was allocated or copied (out-of-window blocks may have been released). Throws
+  // InvalidArgument for a row of another cache, an empty row, or a sequence in two rows.
+  void prepare(std::span<const KvRow> rows);
   // Advances each row's length by its new tokens. Call once per step after every layer.
   static void commit(std::span<const KvRow> rows);
 
+  // `sequence` as a sequence of this cache: InvalidArgument when another cache or backend made it.
+  KvSequence& own(Sequence* sequence) const;
+
  private:
-  std::vector<KvLayerSpec> specs_;
-  KvCodecKind codec_;
+  std::shared_ptr<KvSequence::Shared> shared_;
 };
 
 }  // namespace lmx

@@ -7,7 +7,10 @@
 #include "lmx/io/output_file.h"
 #include "lmx/io/sharded_writer.h"
 #include "lmx/io/staged_directory.h"
-#include "lmx/model/model_files.h"
+#include "lmx/io/model_dir.h"
+#include "lmx/io/safetensors.h"
+#include "lmx/model/quantization_config.h"
+#include "lmx/model/registry.h"
 #include "lmx/quant/affine.h"
 
 #include <fnmatch.h>
@@ -146,10 +149,13 @@ nlohmann::json QuantizingWriter::quantization_block() const {
 
 void convert_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& options,
                         bool replace_existing) {
-  // The source is loaded as lmx would load it before anything is written.
-  ModelFiles source = open_model_files(in_dir);
-  if (source.quantization.present())
-    throw InvalidArgument(fmt::format("{}: the checkpoint is already quantized", source.config_files.path));
+  // The source is loaded as lmx would load it (its family's config resolved, every weight bound and
+  // checked) before anything is written.
+  (void)open_model_family(in_dir);
+  const ModelConfigFiles config = load_model_config(in_dir);
+  if (QuantizationConfig::from_json(config.root, config.path).present())
+    throw InvalidArgument(fmt::format("{}: the checkpoint is already quantized", config.path));
+  const Checkpoint checkpoint = Checkpoint::open_dir(in_dir);
   LMX_REQUIRE(InvalidArgument, !same_or_inside(out_dir, in_dir),
               "convert: --out {} would replace the model directory {} being converted", out_dir, in_dir);
   // Files copied beside the weights, each read as the loaders read it (regular files, size caps).
@@ -163,10 +169,10 @@ void convert_checkpoint(const std::string& in_dir, const std::string& out_dir, c
   StagedDirectory staged(out_dir, replace_existing);
   ShardedWriter shards(staged.path());
   QuantizingWriter writer(shards, options);
-  for (const auto& name : source.checkpoint.names()) writer.add(name, source.checkpoint.tensor(name));
+  for (const auto& name : checkpoint.names()) writer.add(name, checkpoint.tensor(name));
   shards.finish();
 
-  nlohmann::json root = source.config_files.root;
+  nlohmann::json root = config.root;
   root["quantization"] = writer.quantization_block();
   root["quantization_config"] = root["quantization"];
   write_text_file(join_path(staged.path(), "config.json"), root.dump(2) + "\n");

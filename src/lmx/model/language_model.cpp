@@ -1,17 +1,258 @@
-// LanguageModel's default greedy step: forward() on the host, then argmax per row.
+// LanguageModel: the model-independent step executor (see language_model.h).
 #include "lmx/model/language_model.h"
 
-#include "lmx/ops/ops.h"
+#include "lmx/core/error.h"
+#include "lmx/model/registry.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
 
 namespace lmx {
 
+namespace {
+// Smallest KV-length bucket a single-token step's graph is recorded for; buckets double from there.
+constexpr int64_t kMinGraphBucket = 256;
+
+int64_t next_pow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+PagedKvLayer StepView::kv_layer(int layer) const {
+  const KvCacheLayer& cache = kv_layout->layer(kv_layout->cache_layer_of(layer));
+  PagedKvLayer view;
+  view.tables = kv_tables[static_cast<size_t>(cache.group)];
+  view.k_offset = cache.k_offset;
+  view.v_offset = cache.v_offset;
+  view.kv_heads = cache.num_kv_heads;
+  view.head_dim = cache.head_dim;
+  view.dtype = cache.codec.element_dtype();
+  view.window = cache.window;
+  return view;
+}
+
+// What one step runs: its rows, their KV rows and the shape of its staged inputs.
+struct LanguageModel::Plan {
+  std::vector<KvRow> kv_rows;
+  std::vector<std::span<const int32_t>> tokens;
+  int64_t tokens_total = 0;
+  bool all_positions = false;
+  bool graphed = false;
+  int64_t max_kv_len = 0;             // the graph bucket when graphed
+  std::vector<int64_t> table_widths;  // per group: block pointers staged per row
+};
+
+std::unique_ptr<LanguageModel> LanguageModel::load(const std::string& dir, std::unique_ptr<Backend> backend,
+                                                   const ModelOptions& options) {
+  return std::make_unique<LanguageModel>(open_model_family(dir), std::move(backend), options);
+}
+
+LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_ptr<Backend> backend,
+                             const ModelOptions& options)
+    : backend_(std::move(backend)), forward_(std::move(forward)), use_graphs_(options.use_graphs) {
+  LMX_REQUIRE(InvalidArgument, backend_ != nullptr && forward_ != nullptr, "a model needs a backend and a forward");
+  forward_->prepare(*backend_);
+  KvCacheOptions kv;
+  kv.codec = options.kv_codec.value_or(KvCodec(backend_->device().is_cpu() ? KvCodecKind::kF32 : KvCodecKind::kBf16));
+  kv.block_tokens = options.kv_block_tokens > 0 ? options.kv_block_tokens : kDefaultKvBlockTokens;
+  kv.budget_bytes = options.kv_budget_bytes;
+  kv_ = std::make_unique<KvCache>(description().kv_layers, kv, backend_->kv_memory());
+}
+
+LanguageModel::~LanguageModel() {
+  if (backend_) backend_->drop_graphs();
+}
+
+std::unique_ptr<Sequence> LanguageModel::new_sequence() { return kv_->new_sequence(); }
+
+std::unique_ptr<Sequence> LanguageModel::fork(Sequence& source, int64_t length) {
+  return kv_->fork(kv_->own(&source), length);
+}
+
+size_t LanguageModel::kv_bytes(const Sequence& sequence) const {
+  return kv_->own(const_cast<Sequence*>(&sequence)).bytes();
+}
+
+LanguageModel::Plan LanguageModel::plan(std::span<const StepRow> rows, bool all_positions) {
+  LMX_REQUIRE(InvalidArgument, !rows.empty(), "forward: empty batch");
+  const int vocab = description().vocab_size;
+  Plan p;
+  p.all_positions = all_positions;
+  std::unordered_set<const Sequence*> seen;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    LMX_REQUIRE(InvalidArgument, rows[r].sequence != nullptr && !rows[r].tokens.empty(), "forward: row {} has no tokens",
+                r);
+    KvSequence& seq = kv_->own(rows[r].sequence);
+    LMX_REQUIRE(InvalidArgument, seen.insert(&seq).second, "forward: row {} repeats a sequence of the step", r);
+    for (int32_t id : rows[r].tokens)
+      LMX_REQUIRE(InvalidArgument, id >= 0 && id < vocab, "token id {} out of range [0, {}) in row {}", id, vocab, r);
+    const int64_t n = static_cast<int64_t>(rows[r].tokens.size());
+    LMX_REQUIRE(InvalidArgument, seq.length() + n <= (int64_t{1} << 30), "forward: row {} would hold {} tokens", r,
+                seq.length() + n);
+    p.kv_rows.push_back({&seq, n});
+    p.tokens.push_back(rows[r].tokens);
+    p.tokens_total += n;
+    p.max_kv_len = std::max(p.max_kv_len, seq.length() + n);
+  }
+  p.graphed = use_graphs_ && backend_->supports_graphs() && p.tokens_total == 1 && !all_positions;
+  if (p.graphed) p.max_kv_len = std::max(kMinGraphBucket, next_pow2(p.max_kv_len));
+  return p;
+}
+
+StepView LanguageModel::stage(const Plan& p) {
+  const KvLayout& layout = kv_->layout();
+  const int64_t t = p.tokens_total, s = static_cast<int64_t>(p.kv_rows.size());
+  const int groups = layout.num_groups(), extras = forward_->extra_token_arrays();
+  const int64_t block_tokens = layout.block_tokens();
+  // Pointer table widths: what the rows hold now, or, for a graph, the most any row of its bucket can hold
+  // (a sliding group holds at most the blocks of its window and one step), so that replays keep the layout.
+  std::vector<int64_t> widths(static_cast<size_t>(groups), 0);
+  for (int g = 0; g < groups; ++g) {
+    for (const KvRow& r : p.kv_rows) widths[g] = std::max<int64_t>(widths[g], static_cast<int64_t>(r.sequence->blocks(g).size()));
+    if (p.graphed) {
+      const int window = layout.group(g).window;
+      int64_t bound = ceil_div(p.max_kv_len, block_tokens);
+      if (window > 0) bound = std::min(bound, (window - 1) / block_tokens + 2);
+      LMX_REQUIRE(InvalidArgument, widths[g] <= bound, "internal: a graphed row holds {} blocks, more than {}",
+                  widths[g], bound);
+      widths[g] = bound;
+    }
+  }
+  // Layout: int32 ids[t], positions[t], rows[t], extras[e][t], kv_len[s], first_block[g][s]; then 8-aligned
+  // block pointers [g][s][width g].
+  const size_t ints = static_cast<size_t>((3 + extras) * t + (1 + groups) * s);
+  size_t pointers_at = (ints * 4 + 7) / 8 * 8, bytes = pointers_at;
+  for (int g = 0; g < groups; ++g) bytes += static_cast<size_t>(s * widths[g]) * sizeof(void*);
+  staging_.assign(bytes, std::byte{0});
+  auto* ids = reinterpret_cast<int32_t*>(staging_.data());
+  int32_t* positions = ids + t;
+  int32_t* token_rows = ids + 2 * t;
+  int32_t* extra = ids + 3 * t;
+  int32_t* kv_len = extra + extras * t;
+  int32_t* first_block = kv_len + s;
+  int64_t token = 0;
+  for (int64_t r = 0; r < s; ++r) {
+    const KvRow& row = p.kv_rows[static_cast<size_t>(r)];
+    const int64_t start = row.sequence->length();
+    for (int64_t i = 0; i < row.new_tokens; ++i, ++token) {
+      ids[token] = p.tokens[static_cast<size_t>(r)][static_cast<size_t>(i)];
+      positions[token] = static_cast<int32_t>(start + i);
+      token_rows[token] = static_cast<int32_t>(r);
+    }
+    kv_len[r] = static_cast<int32_t>(start + row.new_tokens);
+  }
+  for (int e = 0; e < extras; ++e)
+    forward_->fill_extra(e, {ids, static_cast<size_t>(t)}, {extra + e * t, static_cast<size_t>(t)});
+  size_t table_at = pointers_at;
+  std::vector<size_t> table_offsets;
+  for (int g = 0; g < groups; ++g) {
+    auto** table = reinterpret_cast<const void**>(staging_.data() + table_at);
+    table_offsets.push_back(table_at);
+    for (int64_t r = 0; r < s; ++r) {
+      const KvSequence& seq = *p.kv_rows[static_cast<size_t>(r)].sequence;
+      first_block[g * s + r] = static_cast<int32_t>(seq.first_block(g));
+      const auto blocks = seq.blocks(g);
+      for (size_t i = 0; i < blocks.size(); ++i) table[r * widths[g] + static_cast<int64_t>(i)] = kv_->pool().data(blocks[i]);
+    }
+    table_at += static_cast<size_t>(s * widths[g]) * sizeof(void*);
+  }
+
+  const Tensor inputs = backend_->stage(kStepInputsSlot, staging_);
+  auto* base = static_cast<std::byte*>(inputs.raw_data());
+  auto ints_at = [&](const int32_t* host) {
+    return reinterpret_cast<const int32_t*>(base + (reinterpret_cast<const std::byte*>(host) - staging_.data()));
+  };
+  const size_t inputs_offset = static_cast<size_t>(base - inputs.storage()->data());
+  auto int_tensor = [&](const int32_t* host, int64_t n) {
+    const size_t offset = static_cast<size_t>(reinterpret_cast<const std::byte*>(host) - staging_.data());
+    return Tensor::from_storage(inputs.storage(), {n}, DType::kI32, inputs_offset + offset);
+  };
+  StepView v;
+  v.backend = backend_.get();
+  v.tokens = t;
+  v.rows = s;
+  v.all_positions = p.all_positions;
+  v.out_rows = p.all_positions ? t : s;
+  int64_t end = 0;
+  for (const KvRow& r : p.kv_rows) v.last_index.push_back((end += r.new_tokens) - 1);
+  v.ids = int_tensor(ids, t);
+  v.positions = int_tensor(positions, t);
+  for (int e = 0; e < extras; ++e) v.extras.push_back(int_tensor(extra + e * t, t));
+  v.kv.tokens = t;
+  v.kv.rows = s;
+  v.kv.q_pos = ints_at(positions);
+  v.kv.q_row = ints_at(token_rows);
+  v.kv.kv_len = ints_at(kv_len);
+  v.kv.max_kv_len = p.max_kv_len;
+  v.kv.block_tokens = static_cast<int>(block_tokens);
+  for (int g = 0; g < groups; ++g) {
+    PagedKvTables tables;
+    tables.blocks = reinterpret_cast<const void* const*>(base + table_offsets[static_cast<size_t>(g)]);
+    tables.stride = widths[g];
+    tables.first_block = ints_at(first_block + g * s);
+    v.kv_tables.push_back(tables);
+  }
+  v.kv_layout = &layout;
+  return v;
+}
+
+StepOutputs LanguageModel::run(const Plan& p) {
+  kv_->prepare(p.kv_rows);
+  const StepView view = stage(p);
+  if (backend_->memory_generation() != graphs_generation_) {
+    backend_->drop_graphs();
+    graphs_.clear();
+    graphs_generation_ = backend_->memory_generation();
+  }
+  StepOutputs out;
+  const auto found = p.graphed ? graphs_.find(p.max_kv_len) : graphs_.end();
+  if (found != graphs_.end()) {
+    backend_->replay(found->second.graph);
+    ++graph_replays_;
+    out = found->second.outputs;  // where the recorded step leaves them
+  } else {
+    // Direct launches; a single-token step of a new bucket is then recorded for later replays (the direct
+    // run first sizes every buffer, so the capture allocates nothing).
+    out = forward_->enqueue(view);
+    if (p.graphed) {
+      if (backend_->memory_generation() != graphs_generation_) {
+        backend_->drop_graphs();
+        graphs_.clear();
+        graphs_generation_ = backend_->memory_generation();
+      }
+      backend_->begin_capture();
+      try {
+        out = forward_->enqueue(view);
+      } catch (...) {
+        backend_->abort_capture();
+        throw;
+      }
+      graphs_[p.max_kv_len] = {backend_->end_capture(), out};
+      ++graph_captures_;
+    }
+  }
+  KvCache::commit(p.kv_rows);
+  return out;
+}
+
+Tensor LanguageModel::forward(std::span<const StepRow> rows, bool all_positions) {
+  const Plan p = plan(rows, all_positions);
+  const StepOutputs out = run(p);
+  Tensor logits = Tensor::zeros(out.logits.shape(), DType::kF32);
+  backend_->to_host(out.logits, logits.raw_data());
+  return logits;
+}
+
 std::vector<int32_t> LanguageModel::forward_argmax(std::span<const StepRow> rows) {
-  Tensor logits = forward(rows);
-  const int64_t vocab = logits.dim(1);
-  std::vector<int32_t> tokens;
-  tokens.reserve(rows.size());
-  for (int64_t r = 0; r < logits.dim(0); ++r)
-    tokens.push_back(ops::argmax({logits.data<float>() + r * vocab, static_cast<size_t>(vocab)}));
+  const Plan p = plan(rows, false);
+  const StepOutputs out = run(p);
+  std::vector<int32_t> tokens(static_cast<size_t>(out.argmax.numel()));
+  backend_->to_host(out.argmax, tokens.data());
   return tokens;
 }
 

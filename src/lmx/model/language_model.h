@@ -1,13 +1,18 @@
-// The interface the engine and CLI drive, implemented by each backend's model (Gemma4Model on the
-// CPU, Gemma4CudaModel on CUDA): sequences, one forward step over a ragged batch, and facts about
-// the model.
+// LanguageModel: one model family's forward on one backend with its paged KV cache, and the
+// model-independent step executor — row validation, KV block reservation, input staging, graph capture
+// and replay of single-token steps, outputs back to the host. The engine and the CLI drive it.
 #pragma once
 
 #include "lmx/core/tensor.h"
+#include "lmx/kv/kv_cache.h"
 #include "lmx/kv/sequence.h"
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/forward.h"
+#include "lmx/model/model_description.h"
+#include "lmx/ops/backend.h"
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <memory>
 #include <span>
 #include <string>
@@ -15,33 +20,87 @@
 
 namespace lmx {
 
-// One row of a step: a sequence (created by the same model) and the tokens it brings (a prefill
-// chunk or one decode token).
+// One row of a step: a sequence (created by the same model) and the tokens it brings (a prefill chunk or
+// one decode token).
 struct StepRow {
   Sequence* sequence = nullptr;
   std::span<const int32_t> tokens;
 };
 
+struct ModelOptions {
+  // The KV codec; unset: f32 on the CPU, bf16 on CUDA.
+  std::optional<KvCodec> kv_codec;
+  int kv_block_tokens = 0;      // 0: kDefaultKvBlockTokens
+  size_t kv_budget_bytes = 0;   // 0: KvCacheOptions' default share of the backend's free memory
+  // Record single-token steps as graphs and replay them (backends that support it), one per
+  // power-of-two bucket of KV length.
+  bool use_graphs = true;
+};
+
+// Tokens per KV block unless --kv-block-tokens says otherwise (a multiple of the CUDA attention's 64-key
+// tiles; docs/architecture.md).
+constexpr int kDefaultKvBlockTokens = 64;
+
 class LanguageModel {
  public:
-  virtual ~LanguageModel() = default;
+  // Loads the model directory `dir` (its family chosen by config.json's model_type) onto `backend`.
+  static std::unique_ptr<LanguageModel> load(const std::string& dir, std::unique_ptr<Backend> backend,
+                                             const ModelOptions& options = {});
+  LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_ptr<Backend> backend,
+                const ModelOptions& options);
+  ~LanguageModel();
 
-  virtual const Gemma4Config& config() const = 0;
-  // A new empty sequence whose state lives on this model's backend.
-  virtual std::unique_ptr<Sequence> new_sequence() = 0;
-  // Runs one step: appends each row's tokens to its sequence and returns host f32 logits — one row
-  // per StepRow (its last token) by default, or one per token ([Σ tokens, V], rows in order) when
-  // `all_positions`. A row's logits do not depend on the other rows of the step (invariant 2).
-  // Throws InvalidArgument for an empty row, a token id outside [0, vocab_size), or a sequence
-  // that another model created.
-  virtual Tensor forward(std::span<const StepRow> rows, bool all_positions = false) = 0;
-  // One step like forward(), returning each row's greedy token (the first maximum of its last
-  // logits). Backends override it to skip copying logits to the host.
-  virtual std::vector<int32_t> forward_argmax(std::span<const StepRow> rows);
-  // Bytes of weights one decode step of one row reads (every matrix once, one embedding row each).
-  virtual size_t weight_bytes_per_token() const = 0;
+  const ModelDescription& description() const { return forward_->description(); }
+  // A new empty sequence whose KV lives on this model's backend.
+  std::unique_ptr<Sequence> new_sequence();
+  // A new sequence sharing the first `length` positions of `source` (KvCache::fork).
+  std::unique_ptr<Sequence> fork(Sequence& source, int64_t length);
+
+  // Runs one step: appends each row's tokens to its sequence and returns host f32 logits — one row per
+  // StepRow (its last token) by default, or one per token ([Σ tokens, V], rows in order) when
+  // `all_positions`. A row's logits do not depend on the other rows of the step (invariant 2). Throws
+  // InvalidArgument for an empty row, a token id outside [0, vocab_size), a sequence in two rows or made by
+  // another model; KvPoolExhausted (nothing appended) when the KV blocks of the step do not fit.
+  Tensor forward(std::span<const StepRow> rows, bool all_positions = false);
+  // One step like forward(), returning each row's greedy token (the first maximum of its last logits);
+  // only the ids leave the backend.
+  std::vector<int32_t> forward_argmax(std::span<const StepRow> rows);
+
+  // Bytes of weights one decode step of one row reads.
+  size_t weight_bytes_per_token() const { return forward_->weight_bytes_per_token(); }
+  double prefill_flops(int64_t tokens) const { return forward_->prefill_flops(tokens); }
   // "cpu (AVX3_SPR, 2 threads)", "cuda:0 (NVIDIA H200, ...)".
-  virtual std::string device_description() const = 0;
+  std::string device_description() const { return backend_->description(); }
+  Device device() const { return backend_->device(); }
+
+  const KvCache& kv_cache() const { return *kv_; }
+  // Bytes of KV blocks `sequence` references.
+  size_t kv_bytes(const Sequence& sequence) const;
+
+  // Graph replays and captures so far; fused ops taken.
+  int graph_replays() const { return graph_replays_; }
+  int graph_captures() const { return graph_captures_; }
+  const BackendCounters& backend_counters() const { return backend_->counters(); }
+
+ private:
+  struct Plan;
+  Plan plan(std::span<const StepRow> rows, bool all_positions);
+  // Stages the plan's inputs on the backend and returns the step as the forward sees it.
+  StepView stage(const Plan& plan);
+  StepOutputs run(const Plan& plan);
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ModelForward> forward_;
+  std::unique_ptr<KvCache> kv_;
+  bool use_graphs_;
+  std::vector<std::byte> staging_;
+  struct Graph {
+    int graph = -1;       // the backend's id
+    StepOutputs outputs;  // where its replays leave the logits and ids
+  };
+  std::map<int64_t, Graph> graphs_;  // KV-length bucket → its recorded single-token step
+  int graphs_generation_ = 0;
+  int graph_replays_ = 0, graph_captures_ = 0;
 };
 
 }  // namespace lmx

@@ -9,7 +9,7 @@
 #include "lmx/io/sharded_writer.h"
 #include "lmx/io/staged_directory.h"
 #include "lmx/model/convert.h"
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/gemma4/gemma4_config.h"
 
 #include <nlohmann/json.hpp>
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "lmx/core/tensor.h"
+#include "lmx/ops/paged_kv.h"
 
 #include <cstdint>
 #include <span>
@@ -87,6 +88,21 @@ void embedding(const Tensor& table, std::span<const int32_t> ids, float scale, T
 // A query's output does not depend on the other queries in the call. out [Tq, Hq, Dv].
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const int32_t> q_pos,
                std::span<const int32_t> k_pos, int window, float scale, Tensor& out);
+
+// Attention of one sequence's queries q [Tq, Hq, D] (last dim contiguous) over its paged KV (paged_kv.h):
+// the keys are the stored positions, in order. Same contract as attention() — and the same bits, for
+// f32 storage, as attention() over those keys gathered contiguously with their positions; bf16 keys and
+// values are widened exactly. out [Tq, Hq, D].
+void paged_attention(const Tensor& q, const PagedKvRow& kv, std::span<const int32_t> q_pos, int window, float scale,
+                     Tensor& out);
+
+// A step's paged KV on the host (PagedKvStep / PagedKvLayer with host pointers). k and v [T, kv_heads ·
+// head_dim] rows: token t's key and value are stored at position q_pos[t] of row q_row[t], in the layer's
+// element type (bf16: round to nearest even).
+void paged_kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k, const Tensor& v);
+// Attention of the step's queries q [T, heads · head_dim] rows over each row's stored keys (paged_attention
+// per row); out [T, heads · head_dim], contiguous.
+void paged_attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale, Tensor& out);
 
 // ---- Mixture of experts ------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 // lmx::ChatSession prefix reuse (extend, rewind within the sliding window, fresh start beyond it)
 // against a fresh one-shot prefill, and generate_turn against plain greedy generation.
 #include "lmx/engine/chat_session.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
 #include "lmx/core/error.h"
 #include "lmx/engine/greedy.h"
 #include "support/test_support.h"
@@ -16,12 +16,17 @@ namespace {
 
 class ChatSessionTest : public ::testing::Test {
  protected:
-  // e2b: sliding window 8, KV sharing, PLE.
-  void SetUp() override { model_ = Gemma4Model::load(test::tiny_model_dir("e2b")); }
+  // e2b: sliding window 8, KV sharing, PLE; KV blocks of 4 tokens, so that the sliding layers release
+  // blocks within a few steps.
+  void SetUp() override {
+    ModelOptions options;
+    options.kv_block_tokens = 4;
+    model_ = test::load_model(test::tiny_model_dir("e2b"), Device::cpu(), options);
+  }
 
   std::vector<int32_t> random_tokens(size_t n) {
     std::vector<int32_t> ids(n);
-    for (auto& id : ids) id = static_cast<int32_t>(3 + test::rng()() % (model_->config().vocab_size - 3));
+    for (auto& id : ids) id = static_cast<int32_t>(3 + test::rng()() % (model_->description().vocab_size - 3));
     return ids;
   }
   static std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
@@ -44,7 +49,7 @@ class ChatSessionTest : public ::testing::Test {
     EXPECT_EQ(std::vector<int32_t>(session.tokens().begin(), session.tokens().end()), prompt);
   }
 
-  std::unique_ptr<Gemma4Model> model_;
+  std::unique_ptr<LanguageModel> model_;
   static constexpr float kTolerance = 1e-4f;
 };
 
@@ -80,7 +85,8 @@ TEST_F(ChatSessionTest, DivergingBeyondWindowStartsAfresh) {
   auto logits = session.prefill(other);
   EXPECT_EQ(session.reused_tokens(), 16);
   EXPECT_LE(max_diff(logits, fresh_logits(other)), kTolerance);
-  // A decode step makes the sliding layers (window 8) drop what a query at 16 would need.
+  // A decode step makes the sliding layers (window 8) release blocks 0-3 (positions 0-15), which a query at 16
+  // would need from position 9 on.
   session.prefill(concat(base, random_tokens(10)));
   session.decode(5);
   logits = session.prefill(other);
@@ -175,7 +181,7 @@ TEST_F(ChatSessionTest, BadTokenResetsAndSessionStaysUsable) {
   ChatSession session(*model_);
   std::vector<int32_t> prompt = concat({2}, random_tokens(5));
   session.prefill(prompt);
-  std::vector<int32_t> bad = concat(prompt, {model_->config().vocab_size + 5});
+  std::vector<int32_t> bad = concat(prompt, {model_->description().vocab_size + 5});
   EXPECT_THROW(session.prefill(bad), InvalidArgument);
   EXPECT_TRUE(session.tokens().empty());
   EXPECT_THROW(session.prefill(std::vector<int32_t>{}), InvalidArgument);

@@ -1,10 +1,15 @@
-// Tests for the f32 KV cache: append/attend against direct attention, sliding-window retention,
-// KV-sharing consumers, truncation and signatures.
+// Tests for the paged KV cache: attention through block tables against ops::attention over the full
+// history (bit for bit with f32 storage), sliding release, forks with copy-on-write, rewinds across
+// block boundaries and windows, KV-sharing layers, layouts and signatures.
+#include "lmx/kv/host_kv.h"
 #include "lmx/kv/kv_cache.h"
+#include "lmx/core/half.h"
 #include "lmx/ops/ops.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 namespace lmx {
 namespace {
@@ -15,103 +20,299 @@ std::vector<int32_t> iota_positions(int64_t from, int64_t count) {
   return p;
 }
 
-// Feeds a sequence in chunks and checks every step's attention against ops::attention over the
-// full history held outside the cache.
-void check_chunks(const KvLayerSpec& spec, const std::vector<int64_t>& chunks) {
-  KvCache cache({spec});
-  auto seq = cache.new_sequence();
-  const int q_heads = spec.num_kv_heads * 2;
-  int64_t total = 0;
-  for (int64_t c : chunks) total += c;
-  Tensor all_k = test::random_tensor({total, spec.num_kv_heads, spec.head_dim});
-  Tensor all_v = test::random_tensor({total, spec.num_kv_heads, spec.head_dim});
-  int64_t done = 0;
-  for (int64_t c : chunks) {
-    KvRow row{seq.get(), c};
-    cache.append(0, {&row, 1}, all_k.slice(0, done, done + c).contiguous(), all_v.slice(0, done, done + c).contiguous());
-    Tensor q = test::random_tensor({c, q_heads, spec.head_dim});
-    Tensor out = Tensor::zeros(q.shape(), DType::kF32);
-    cache.attend(0, {&row, 1}, q, 1.0f, out);
-    Tensor expected = Tensor::zeros(q.shape(), DType::kF32);
-    auto qp = iota_positions(done, c), kp = iota_positions(0, done + c);
-    ops::attention(q, all_k.slice(0, 0, done + c), all_v.slice(0, 0, done + c), qp, kp, spec.sliding_window, 1.0f,
-                   expected);
-    EXPECT_LE(test::max_abs_diff(out, expected), 1e-5f) << "after " << done << " + " << c;
+// Rounds every element through bf16 (what bf16 storage keeps).
+Tensor rounded_to_bf16(const Tensor& t) {
+  Tensor out = t.contiguous();
+  for (float& v : out.span<float>()) v = bf16_to_f32(f32_to_bf16(v));
+  return out;
+}
+
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+KvCacheOptions options(int block_tokens, KvCodec codec = KvCodec(KvCodecKind::kF32), size_t budget = 64 << 20) {
+  KvCacheOptions o;
+  o.codec = codec;
+  o.block_tokens = block_tokens;
+  o.budget_bytes = budget;
+  return o;
+}
+
+// One sequence of a one-layer cache fed in chunks, beside its full history, checked step by step against
+// ops::attention over that history.
+class Tracked {
+ public:
+  Tracked(KvCache& cache, const KvLayerGeometry& g) : cache_(&cache), g_(g), seq_(cache.new_sequence()) {}
+  Tracked(KvCache& cache, const KvLayerGeometry& g, std::unique_ptr<KvSequence> seq, Tensor k, Tensor v)
+      : cache_(&cache), g_(g), seq_(std::move(seq)), k_(std::move(k)), v_(std::move(v)) {}
+
+  // Appends `count` random tokens, attends with random queries and compares.
+  void step(int64_t count) {
+    Tensor k = test::random_tensor({count, g_.num_kv_heads, g_.head_dim});
+    Tensor v = test::random_tensor({count, g_.num_kv_heads, g_.head_dim});
+    KvRow row{seq_.get(), count};
+    cache_->prepare({&row, 1});
+    const HostKvStep host(*cache_, {&row, 1});
+    const int64_t width = static_cast<int64_t>(g_.num_kv_heads) * g_.head_dim;
+    ops::paged_kv_append(host.step(), host.layer(0), k.reshape({count, width}), v.reshape({count, width}));
+    const bool bf16 = cache_->layout().codec().kind() == KvCodecKind::kBf16;
+    k_ = concat(k_, bf16 ? rounded_to_bf16(k) : k);
+    v_ = concat(v_, bf16 ? rounded_to_bf16(v) : v);
+    Tensor q = test::random_tensor({count, g_.num_kv_heads * 2, g_.head_dim});
+    Tensor out = Tensor::zeros(q.shape(), DType::kF32), expected = Tensor::zeros(q.shape(), DType::kF32);
+    Tensor out2 = out.reshape({count, 2 * width});
+    ops::paged_attention(host.step(), host.layer(0), q.reshape({count, 2 * width}), 0.5f, out2);
+    const int64_t done = seq_->length();
+    ops::attention(q, k_, v_, iota_positions(done, count), iota_positions(0, done + count), g_.window, 0.5f, expected);
+    EXPECT_TRUE(bit_equal(out, expected)) << "after " << done << " + " << count << ": max diff "
+                                          << test::max_abs_diff(out, expected);
     KvCache::commit({&row, 1});
-    done += c;
-    if (spec.sliding_window > 0) {
-      EXPECT_LE(seq->stored_tokens(0), spec.sliding_window - 1 + c);
+  }
+  void truncate(int64_t length) {
+    seq_->truncate(length);
+    k_ = k_.slice(0, 0, length).contiguous();
+    v_ = v_.slice(0, 0, length).contiguous();
+  }
+  Tracked fork(int64_t length) {
+    return Tracked(*cache_, g_, cache_->fork(*seq_, length), k_.slice(0, 0, length).contiguous(),
+                   v_.slice(0, 0, length).contiguous());
+  }
+  KvSequence& seq() { return *seq_; }
+
+ private:
+  static Tensor concat(const Tensor& a, const Tensor& b) {
+    if (!a.defined() || a.dim(0) == 0) return b.contiguous();
+    Tensor out = Tensor::zeros({a.dim(0) + b.dim(0), a.dim(1), a.dim(2)}, DType::kF32);
+    std::memcpy(out.raw_data(), a.raw_data(), a.nbytes());
+    std::memcpy(static_cast<std::byte*>(out.raw_data()) + a.nbytes(), b.raw_data(), b.nbytes());
+    return out;
+  }
+  KvCache* cache_;
+  KvLayerGeometry g_;
+  std::unique_ptr<KvSequence> seq_;
+  Tensor k_, v_;
+};
+
+void check_chunks(const KvLayerGeometry& g, int block_tokens, const std::vector<int64_t>& chunks,
+                  KvCodec codec = KvCodec(KvCodecKind::kF32)) {
+  KvCache cache(std::span(&g, 1), options(block_tokens, codec), host_kv_memory());
+  Tracked t(cache, g);
+  for (int64_t c : chunks) {
+    t.step(c);
+    if (g.window > 0) {
+      // Blocks entirely before the window of the next query are gone.
+      const int64_t needed_from = std::max<int64_t>(0, t.seq().length() - g.window + 1);
+      EXPECT_LE(t.seq().first_stored_position(0), needed_from);
+      EXPECT_GT(t.seq().first_stored_position(0) + 2 * block_tokens + c, needed_from);
     }
   }
-  EXPECT_EQ(seq->length(), total);
 }
 
-TEST(KvCache, FullLayerMatchesDirectAttention) { check_chunks({2, 8, 0}, {5, 1, 1, 7, 1}); }
-TEST(KvCache, SlidingLayerKeepsOnlyItsWindow) { check_chunks({1, 16, 6}, {9, 1, 1, 1, 4, 1, 13, 1}); }
-
-TEST(KvCache, Signatures) {
-  KvCache cache({{1, 256, 512}, {2, 512, 0}});
-  EXPECT_EQ(cache.signature(0), "kv:f32:h=1:d=256:window=512");
-  EXPECT_EQ(cache.signature(1), "kv:f32:h=2:d=512");
+TEST(KvCache, FullLayerMatchesDirectAttention) {
+  for (int bt : {1, 4, 16, 64}) check_chunks({2, 8, 0}, bt, {5, 1, 1, 7, 1, 30, 2});
+}
+TEST(KvCache, SlidingLayerKeepsOnlyItsWindow) {
+  for (int bt : {1, 4, 16}) check_chunks({1, 16, 6}, bt, {9, 1, 1, 1, 4, 1, 13, 1, 1, 1, 1, 1, 1, 1});
+}
+TEST(KvCache, Bf16StorageMatchesAttentionOverRoundedKeys) {
+  check_chunks({2, 8, 0}, 4, {5, 1, 9, 1}, KvCodec(KvCodecKind::kBf16));
+  check_chunks({1, 16, 6}, 4, {9, 1, 1, 4, 1}, KvCodec(KvCodecKind::kBf16));
 }
 
-TEST(KvCache, TruncateRewinds) {
-  KvCache cache({{1, 4, 0}, {1, 4, 3}});
-  auto seq = cache.new_sequence();
-  KvRow row{seq.get(), 10};
-  Tensor k = test::random_tensor({10, 1, 4});
-  cache.append(0, {&row, 1}, k, k);
-  cache.append(1, {&row, 1}, k, k);
-  KvCache::commit({&row, 1});
-  seq->truncate(8);
-  EXPECT_EQ(seq->length(), 8);
-  EXPECT_EQ(seq->stored_tokens(0), 8);
-  EXPECT_THROW(seq->truncate(9), InvalidArgument);
-  // The sliding layer kept all 10 tokens of the single chunk; rewinding below what it holds fails
-  // only once the window has dropped tokens.
-  KvRow one{seq.get(), 1};
-  Tensor k1 = test::random_tensor({1, 1, 4});
-  cache.append(0, {&one, 1}, k1, k1);
-  cache.append(1, {&one, 1}, k1, k1);
+TEST(KvCache, LayoutGroupsByWindowAndSignatures) {
+  const std::vector<KvLayerGeometry> layers = {{1, 256, 512}, {2, 512, 0}, {1, 256, 512}, {1, 256, 512, 0},
+                                               {2, 512, 0, 1}};
+  KvLayout layout(layers, KvCodec(KvCodecKind::kBf16), 16);
+  EXPECT_EQ(layout.num_cache_layers(), 3);
+  EXPECT_EQ(layout.num_groups(), 2);
+  EXPECT_EQ(layout.cache_layer_of(3), 0);  // shares layer 0's cache
+  EXPECT_EQ(layout.cache_layer_of(4), 1);
+  EXPECT_FALSE(layout.owns_cache(3));
+  EXPECT_TRUE(layout.owns_cache(2));
+  EXPECT_EQ(layout.signature(0), "kv:bf16:h=1:d=256:window=512");
+  EXPECT_EQ(layout.signature(1), "kv:bf16:h=2:d=512");
+  EXPECT_EQ(layout.group(0).layers, (std::vector<int>{0, 2}));
+  EXPECT_EQ(layout.group(0).block_bytes, 2u * 2 * 16 * 256 * 2);
+  EXPECT_EQ(layout.layer(2).k_offset, 2u * 16 * 256 * 2);
+  EXPECT_EQ(layout.layer(2).v_offset, 3u * 16 * 256 * 2);
+  EXPECT_EQ(layout.bytes_per_token(), 2u * (256 + 256 + 1024) * 2);
+  EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{1, 4, 0, 0}}, KvCodec(), 16), InvalidArgument);  // self donor
+  EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{1, 4, 0}, {1, 8, 0, 0}}, KvCodec(), 16), InvalidArgument);
+  EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{0, 4, 0}}, KvCodec(), 16), InvalidArgument);
+  EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{1, 4, 0}}, KvCodec(), 0), InvalidArgument);
+  EXPECT_EQ(KvCodec::parse("bf16"), KvCodec(KvCodecKind::kBf16));
+  EXPECT_THROW(KvCodec::parse("fp8"), InvalidArgument);
+}
+
+TEST(KvCache, TruncateAcrossBlockBoundaries) {
+  const KvLayerGeometry g{1, 4, 0};
+  KvCache cache(std::span(&g, 1), options(4), host_kv_memory());
+  Tracked t(cache, g);
+  t.step(10);  // blocks 0..2
+  EXPECT_EQ(t.seq().blocks(0).size(), 3u);
+  t.truncate(8);  // block 2 released
+  EXPECT_EQ(t.seq().blocks(0).size(), 2u);
+  EXPECT_EQ(cache.pool().used_blocks(0), 2);
+  t.truncate(5);
+  EXPECT_EQ(t.seq().blocks(0).size(), 2u);  // block 1 still holds position 4
+  t.step(6);                                // rewrites positions 5..10
+  t.truncate(0);
+  EXPECT_EQ(cache.pool().used_blocks(0), 0);
+  t.step(3);
+  EXPECT_THROW(t.seq().truncate(4), InvalidArgument);
+  EXPECT_THROW(t.seq().truncate(-1), InvalidArgument);
+}
+
+// Rewinding a sliding layer is refused once its released blocks held keys the next query sees, with the
+// reason, and allowed while they are held.
+TEST(KvCache, TruncateRespectsTheWindow) {
+  const KvLayerGeometry g{1, 4, 8};
+  KvCache cache(std::span(&g, 1), options(4), host_kv_memory());
+  Tracked t(cache, g);
+  t.step(26);
+  t.step(1);  // the query at 26 sees keys from 19: blocks 0..3 (positions < 16) released
+  EXPECT_EQ(t.seq().first_stored_position(0), 16);
+  const std::string why = t.seq().truncate_refusal(20);  // the query at 20 needs keys from 13
+  EXPECT_NE(why.find("released positions before 16"), std::string::npos) << why;
+  EXPECT_THROW(t.seq().truncate(20), InvalidArgument);
+  EXPECT_TRUE(t.seq().can_truncate(23));  // needs keys from 16
+  t.truncate(23);
+  t.step(2);
+  EXPECT_TRUE(t.seq().can_truncate(0));
+}
+
+TEST(KvCache, ForkSharesBlocksAndCopiesOnWrite) {
+  const KvLayerGeometry g{2, 8, 0};
+  KvCache cache(std::span(&g, 1), options(4), host_kv_memory());
+  Tracked a(cache, g);
+  a.step(10);  // 3 blocks, the last partial
+  Tracked b = a.fork(10);
+  EXPECT_EQ(cache.pool().used_blocks(0), 3);
+  for (KvBlockId id : b.seq().blocks(0)) EXPECT_EQ(cache.pool().refcount(id), 2);
+  b.step(1);  // b copies the shared partial block before writing position 10
+  EXPECT_EQ(cache.pool().used_blocks(0), 4);
+  EXPECT_NE(a.seq().blocks(0)[2], b.seq().blocks(0)[2]);
+  EXPECT_EQ(a.seq().blocks(0)[1], b.seq().blocks(0)[1]);
+  a.step(3);  // a's partial block is its own again: no copy
+  EXPECT_EQ(cache.pool().used_blocks(0), 5);
+  Tracked c = a.fork(6);  // mid-block fork of a's older history
+  c.step(5);
+  b.step(2);
+  a.step(1);
+  // Releasing every sequence frees every block.
+  a = Tracked(cache, g);
+  b = Tracked(cache, g);
+  c = Tracked(cache, g);
+  EXPECT_EQ(cache.pool().used_blocks(0), 0);
+  EXPECT_GT(cache.pool().free_blocks(0), 0);
+}
+
+TEST(KvCache, ForkOfASlidingSequence) {
+  const KvLayerGeometry g{1, 4, 5};
+  KvCache cache(std::span(&g, 1), options(2), host_kv_memory());
+  Tracked a(cache, g);
+  a.step(12);
+  a.step(1);
+  EXPECT_THROW(cache.fork(a.seq(), 3), InvalidArgument);  // its keys from 0 are gone
+  Tracked b = a.fork(12);
+  b.step(3);
+  a.step(2);
+}
+
+TEST(KvCache, ExhaustionIsTypedAndChangesNothing) {
+  const KvLayerGeometry g{1, 4, 0};
+  const size_t block = 2 * 4 * 4 * 4;  // K and V of 4 tokens, f32
+  KvCache cache(std::span(&g, 1), options(4, KvCodec(), 3 * block), host_kv_memory());
+  Tracked a(cache, g);
+  a.step(8);  // 2 blocks
+  auto other = cache.new_sequence();
+  KvRow big{other.get(), 9};  // needs 3 more
+  try {
+    cache.prepare({&big, 1});
+    FAIL() << "the pool had room for 9 tokens";
+  } catch (const KvPoolExhausted& e) {
+    EXPECT_EQ(e.needed_bytes(), 3 * block);
+    EXPECT_EQ(e.budget_bytes(), 3 * block);
+    EXPECT_NE(std::string(e.what()).find("KV cache full"), std::string::npos);
+  }
+  EXPECT_TRUE(other->blocks(0).empty());
+  EXPECT_EQ(cache.pool().used_blocks(0), 2);
+  KvRow small{other.get(), 4};
+  EXPECT_NO_THROW(cache.prepare({&small, 1}));
+  a = Tracked(cache, g);  // frees 2 blocks
+  KvCache::commit({&small, 1});
+  KvRow more{other.get(), 8};
+  EXPECT_NO_THROW(cache.prepare({&more, 1}));
+}
+
+TEST(KvCache, BlocksMoveBetweenGroupsUnderTheBudget) {
+  const std::vector<KvLayerGeometry> layers = {{1, 4, 0}, {1, 4, 2}};
+  const size_t block = 2 * 4 * 4 * 4;
+  KvCache cache(layers, options(4, KvCodec(), 8 * block), host_kv_memory());
+  auto s = cache.new_sequence();
+  KvRow r{s.get(), 16};
+  cache.prepare({&r, 1});  // 4 blocks in each group: the whole budget
+  KvCache::commit({&r, 1});
+  KvRow one{s.get(), 1};
+  // The sliding group releases 3 blocks (the query at 16 sees keys from 15); the full group's new block
+  // takes the memory of one of them, the sliding group's new block reuses another.
+  cache.prepare({&one, 1});
   KvCache::commit({&one, 1});
-  EXPECT_THROW(seq->truncate(2), InvalidArgument);
+  EXPECT_EQ(cache.pool().used_blocks(0), 5);
+  EXPECT_EQ(cache.pool().used_blocks(1), 2);
+  EXPECT_EQ(cache.pool().free_blocks(1), 1);
+  EXPECT_EQ(cache.pool().held_bytes(), 8 * block);
+  auto t = cache.new_sequence();
+  KvRow too_big{t.get(), 5};  // 2 blocks per group; only one is free
+  EXPECT_THROW(cache.prepare({&too_big, 1}), KvPoolExhausted);
+  EXPECT_TRUE(t->blocks(0).empty() && t->blocks(1).empty());
 }
 
-TEST(KvCache, RejectsMismatchedShapes) {
-  KvCache cache({{2, 8, 0}});
-  auto seq = cache.new_sequence();
-  KvRow row{seq.get(), 3};
-  Tensor k = test::random_tensor({3, 1, 8});
-  EXPECT_THROW(cache.append(0, {&row, 1}, k, k), InvalidArgument);
-  KvCache other({{2, 8, 0}});
+// A memory that runs out before the budget: the pool reports exhaustion instead of failing.
+class TinyMemory final : public KvMemory {
+ public:
+  explicit TinyMemory(int blocks) : left_(blocks) {}
+  void* allocate(size_t bytes) override { return left_-- > 0 ? inner_->allocate(bytes) : nullptr; }
+  void free(void* p, size_t bytes) override {
+    ++left_;
+    inner_->free(p, bytes);
+  }
+  void copy(void* d, const void* s, size_t n) override { inner_->copy(d, s, n); }
+  std::string name() const override { return "tiny"; }
+  size_t available_bytes() const override { return 0; }
+
+ private:
+  int left_;
+  std::shared_ptr<KvMemory> inner_ = host_kv_memory();
+};
+
+TEST(KvCache, DeviceOutOfMemoryIsExhaustion) {
+  const KvLayerGeometry g{1, 4, 0};
+  KvCache cache(std::span(&g, 1), options(4), std::make_shared<TinyMemory>(2));
+  auto s = cache.new_sequence();
+  KvRow r{s.get(), 12};
+  EXPECT_THROW(cache.prepare({&r, 1}), KvPoolExhausted);
+}
+
+TEST(KvCache, RejectsForeignAndBadRows) {
+  const KvLayerGeometry g{2, 8, 0};
+  KvCache cache(std::span(&g, 1), options(4), host_kv_memory());
+  KvCache other(std::span(&g, 1), options(4), host_kv_memory());
   auto foreign = other.new_sequence();
   KvRow bad{foreign.get(), 3};
-  Tensor ok = test::random_tensor({3, 2, 8});
-  EXPECT_THROW(cache.append(0, {&bad, 1}, ok, ok), InvalidArgument);
-}
-
-}  // namespace
-}  // namespace lmx
-
-namespace lmx {
-namespace {
-
-// Rewinding a sliding layer is refused once the window has dropped keys the next query would see,
-// and allowed while it still holds them.
-TEST(KvCache, TruncateRespectsTheWindow) {
-  KvCache cache({{1, 4, 8}});
+  EXPECT_THROW(cache.prepare({&bad, 1}), InvalidArgument);
+  EXPECT_THROW(cache.own(foreign.get()), InvalidArgument);
   auto seq = cache.new_sequence();
-  Tensor k = test::random_tensor({26, 1, 4});
-  KvRow prefill{seq.get(), 26};
-  cache.append(0, {&prefill, 1}, k, k);
-  KvCache::commit({&prefill, 1});
-  Tensor k1 = test::random_tensor({1, 1, 4});
-  KvRow step{seq.get(), 1};
-  cache.append(0, {&step, 1}, k1, k1);  // drops keys below 26 - 8 + 1 = 19
-  KvCache::commit({&step, 1});
-  EXPECT_THROW(seq->truncate(20), InvalidArgument);  // the query at 20 needs keys from 13
-  EXPECT_NO_THROW(seq->truncate(26));                // the query at 26 needs keys from 19
-  EXPECT_EQ(seq->length(), 26);
+  KvRow empty{seq.get(), 0};
+  EXPECT_THROW(cache.prepare({&empty, 1}), InvalidArgument);
+  KvRow twice[2] = {{seq.get(), 1}, {seq.get(), 1}};
+  EXPECT_THROW(cache.prepare(twice), InvalidArgument);
+  KvRow row{seq.get(), 3};
+  cache.prepare({&row, 1});
+  const HostKvStep host(cache, {&row, 1});
+  Tensor wrong = test::random_tensor({3, 8});
+  EXPECT_THROW(ops::paged_kv_append(host.step(), host.layer(0), wrong, wrong), InvalidArgument);
 }
 
 }  // namespace

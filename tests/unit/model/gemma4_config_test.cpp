@@ -1,5 +1,5 @@
 // Gemma 4 config resolution: layer specs, KV-sharing donors, both full-layer override forms.
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/gemma4/gemma4_config.h"
 
 #include "lmx/core/error.h"
 

@@ -2,7 +2,7 @@
 #include "lmx/io/output_file.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/io/safetensors.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
 #include "support/test_support.h"
 #include "support/tiny_models.h"
 
@@ -25,7 +25,7 @@ class MalformedCheckpoint : public ::testing::Test {
   // Expects loading to fail with an lmx::Error whose message contains `needle`.
   void expect_load_error(const std::string& needle) {
     try {
-      Gemma4Model::load(dir_.path());
+      test::load_model(dir_.path());
       FAIL() << "load succeeded; expected an error mentioning '" << needle << "'";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -60,7 +60,7 @@ class MalformedCheckpoint : public ::testing::Test {
   nlohmann::json config_;
 };
 
-TEST_F(MalformedCheckpoint, LoadsWhenIntact) { EXPECT_NO_THROW(Gemma4Model::load(dir_.path())); }
+TEST_F(MalformedCheckpoint, LoadsWhenIntact) { EXPECT_NO_THROW(test::load_model(dir_.path())); }
 
 TEST_F(MalformedCheckpoint, TruncatedFile) {
   auto size = test::file_size(dir_.file("model.safetensors"));
@@ -139,7 +139,7 @@ TEST_F(MalformedCheckpoint, ComputationKeysAreValidatedAndMetadataAccepted) {
   config_["transformers_version"] = "9.9";
   config_["eos_token_id"] = {1, 106};
   write_config();
-  EXPECT_NO_THROW(Gemma4Model::load(dir_.path()));
+  EXPECT_NO_THROW(test::load_model(dir_.path()));
 }
 
 // A tensor in the text model's namespace that the config gives no place is refused, naming it and
@@ -165,7 +165,7 @@ TEST_F(MalformedCheckpoint, ExtraModelWeightsContradictingTheConfig) {
     tensors.emplace_back("model.vision_tower.encoder.weight", Tensor::zeros({4}, DType::kBF16));
     tensors.emplace_back("model.embed_vision.weight", Tensor::zeros({4}, DType::kBF16));
   });
-  EXPECT_NO_THROW(Gemma4Model::load(dir_.path()));
+  EXPECT_NO_THROW(test::load_model(dir_.path()));
 }
 
 TEST_F(MalformedCheckpoint, MoeWeightsWithoutTheMoeBlock) {
@@ -183,7 +183,7 @@ TEST_F(MalformedCheckpoint, KvSharedLayersMayCarryUnusedKeyValueWeights) {
     tensors.emplace_back("model.layers.6.self_attn.k_proj.weight", Tensor::zeros({32, 64}, DType::kBF16));
     tensors.emplace_back("model.layers.6.self_attn.k_norm.weight", Tensor::zeros({32}, DType::kBF16));
   });
-  EXPECT_NO_THROW(Gemma4Model::load(dir_.path()));
+  EXPECT_NO_THROW(test::load_model(dir_.path()));
 }
 
 TEST_F(MalformedCheckpoint, QuantizedWeightMissingItsScales) {
@@ -206,7 +206,7 @@ TEST_F(MalformedCheckpoint, ConfigNotJson) {
 
 TEST_F(MalformedCheckpoint, MissingWeights) {
   test::remove_path(dir_.file("model.safetensors"));
-  EXPECT_THROW(Gemma4Model::load(dir_.path()), Error);
+  EXPECT_THROW(test::load_model(dir_.path()), Error);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // stored alike), small vectors (norm weights, router scales) as f32.
 #pragma once
 
-#include "lmx/model/gemma4_weights.h"
+#include "lmx/model/gemma4/gemma4_weights.h"
 #include "lmx/ops/cuda/device_memory.h"
 #include "lmx/ops/cuda/linear.h"
 

@@ -5,7 +5,7 @@
 
 #include "lmx/model/cuda/device_weights.h"
 #include "lmx/model/decode_skips.h"
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/gemma4/gemma4_config.h"
 #include "lmx/model/language_model.h"
 #include "lmx/ops/cuda/context.h"
 

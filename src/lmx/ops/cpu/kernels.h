@@ -73,8 +73,9 @@ void linear_threaded(const LinearArgs& args, int64_t m, int64_t n);
 
 // Σ a[i] * b[i] in f32 (SIMD, fixed order for a given n and target).
 float dot(const float* a, const float* b, int64_t n);
-// y[i] += alpha * x[i].
+// y[i] += alpha * x[i] (x f32, or bf16 bits widened exactly).
 void axpy(float alpha, const float* x, float* y, int64_t n);
+void axpy(float alpha, const uint16_t* x_bf16, float* y, int64_t n);
 
 // ---- MLX affine-quantized weights (quantized_*.cpp) ----------------------------------------------------
 

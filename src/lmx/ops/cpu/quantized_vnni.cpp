@@ -42,7 +42,7 @@
 // Cost: per chunk, weight row and x row, 4 bits take 6 vpdpbusd and 6 other operations, 8 bits 6 vpdpbusd
 // and 7 (plus two byte permutes per weight row): in decode (M = 1) both beat the f32 kernels' unpacking;
 // in prefill the f32 kernels reuse a dequantized panel (one FMA per 16 weights and x row), which 8-bit
-// prefill does not match (see docs/benchmarks.md).
+// prefill does not match (docs/benchmarks.md, "CPU kernels on the development VM").
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // Highway 1.0 compiles its AVX3_DL target only on request
 #endif

@@ -273,6 +273,15 @@ void axpy_impl(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+void axpy_bf16_impl(float alpha, const uint16_t* x, float* y, int64_t n) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF va = hn::Set(d, alpha);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::MulAdd(va, load_weights(d, x + i), hn::LoadU(d, y + i)), d, y + i);
+  for (; i < n; ++i) y[i] += alpha * widen_scalar(x[i]);
+}
+
 int64_t target_impl() { return HWY_TARGET; }
 
 }  // namespace HWY_NAMESPACE
@@ -285,6 +294,7 @@ namespace lmx::ops::cpu {
 HWY_EXPORT(linear_block_impl);
 HWY_EXPORT(dot_impl);
 HWY_EXPORT(axpy_impl);
+HWY_EXPORT(axpy_bf16_impl);
 HWY_EXPORT(target_impl);
 
 void linear_block(const LinearArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
@@ -297,6 +307,10 @@ float dot(const float* a, const float* b, int64_t n) {
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(axpy_impl)(alpha, x, y, n);
+}
+
+void axpy(float alpha, const uint16_t* x_bf16, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(axpy_bf16_impl)(alpha, x_bf16, y, n);
 }
 
 }  // namespace lmx::ops::cpu

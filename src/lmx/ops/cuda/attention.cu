@@ -161,7 +161,7 @@ void set_decode_fields(attn::Params& p, const Plan& plan, float* partials) {
 // up to 16 blocks, ~80 KB of shared memory each, that cover the GPU wait for whole GPCs to free up: 26B-A4B,
 // whose sliding layers fold 8 kv heads × 16 slots = 128 blocks, decoded 1.2-1.4 % slower fused everywhere,
 // though 3.6 % faster without PDL and 0.9 % faster without clusters; grids of 16 to 64 blocks (E2B, E4B,
-// 26B-A4B's and 31B's global layers) gain (docs/benchmarks.md, twenty-fourth pass).
+// 26B-A4B's and 31B's global layers) gain (same-run A/Bs on the H200, 2026-12-01).
 // LMX_ATTN_FUSED_MAX_CLUSTER_BLOCKS=N replaces the 64 (A/B runs; the same results either way).
 int fused_max_cluster_blocks() {
   static const int blocks =

@@ -61,7 +61,7 @@ __host__ __device__ inline int64_t q4_gemv_row_blocks(const Problem& p, int tile
 }
 // Row block counts for which the plan splits each row tile over two blocks: between one and two per SM
 // of an H200 (132 SMs), where one wave leaves SMs with one block idle while others run two. Measured
-// (docs/benchmarks.md, seventh pass): E4B's 160-block projections +3.7 % decode; E2B's 96 blocks -0.8 %
+// (same-run A/Bs on the H200, 2026-11-30): E4B's 160-block projections +3.7 % decode; E2B's 96 blocks -0.8 %
 // (not split); 26B-A4B's 176, neutral.
 constexpr int64_t kSplitRowBlocksFrom = 132, kSplitRowBlocksBelow = 264;
 // Chunks per segment from which a grid of fewer than kSplitRowBlocksFrom blocks (one wave, at most one block
@@ -160,7 +160,7 @@ struct Q4Pairs {
 
 // Lanes per row of q4_gemv_kernel's scale and bias window copy, as a shift (2^shift lanes, from 32 / rows to
 // 32): two lanes per row for 16-row blocks (each lane's row offsets computed once; E4B decode +2.2 % with
-// 4-byte words, docs/benchmarks.md, ninth pass), else the power of two that covers a row's window blocks, so
+// 4-byte words, H200, 2026-11-30), else the power of two that covers a row's window blocks, so
 // that a warp's copy reads whole rows (coalesced). LMX_Q4_WINDOW_LANES=1|2|..|32 forces a lane count (A/B
 // runs; at least 32 / rows).
 int q4_window_shift(int rows, int blocks);

@@ -92,7 +92,7 @@ inline int linear_segments(int64_t n, int64_t k, int bits, int64_t target_warps 
 }
 
 // Chunks per segment that a 4-bit gate_up pair (DeviceQuantized::gate_up_pair) keeps at least, where
-// linear_segments would cut shorter ones. Measured on the H200 at batch 1 (docs/benchmarks.md, tenth pass):
+// linear_segments would cut shorter ones. Measured on the H200 at batch 1 (same-run A/Bs, 2026-11-30):
 // E2B's double-wide 24576 x 1536 GeGLU at 2 segments instead of 3, +5.8 % decode; 26B-A4B's 4224 x 2816 at 4
 // instead of 11, +1.4 %; E4B's 20480 x 2560 best at its 3 already (2: -2.3 %). Plain projections of few rows
 // want the opposite (a minimum of 4 chunks for every weight lost 2 % on E4B).

@@ -29,7 +29,7 @@ constexpr int kMaxExpertSegments = 8;
 // projection) — 8 pairs of a decode step then run ~4096 warps, as the dense 4-bit decode does — at least
 // kExpertSegmentMinChunks chunks each, at most kExpertSegmentsMost. A function of the weights only (never of
 // the tokens). Fewer, longer segments cost the decode GEMVs parallelism and save the prefill GEMM a drain of
-// its wgmma pipeline per segment; the two limits are measured on 26B-A4B (docs/benchmarks.md, seventeenth
+// its wgmma pipeline per segment; the two limits are measured on 26B-A4B (H200 A/Bs, 2026-12-01, seventeenth
 // pass: down 704 → 2816 in 2 segments instead of 3, gate/up 2816 → 1408 in 3 instead of 6: decode +2 %,
 // prefill +2 %). LMX_MOE_TARGET_WARPS in the environment replaces the 512, and LMX_MOE_SEGMENTS="NxK=S,…"
 // sets the segments of [N, K] expert matrices (A/B runs; other segments, other bits, the same in every

@@ -22,7 +22,7 @@ void prefill_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& g
 // weight tile once per x tile, so rows-first when the prepared x is the larger (E4B's down projection from
 // ~600 tokens) and always for the MoE's grouped launches, whose chunks each read only their expert's weights
 // (26B-A4B at 2048 tokens: 92 MB of prepared x for the experts' gate/up, 1.4 GB read from DRAM x-first;
-// docs/benchmarks.md, sixteenth pass). Grid y holds at most 65535 tiles. LMX_PREFILL_ROWS_FIRST=0|1 in the
+// measured on the H200, 2026-12-01). Grid y holds at most 65535 tiles. LMX_PREFILL_ROWS_FIRST=0|1 in the
 // environment forces an order (A/B runs).
 bool prefill_rows_first(const Problem& p, bool grouped, int64_t grid_x) {
   static const int64_t forced = env_integer("LMX_PREFILL_ROWS_FIRST", -1, 0, 1);  // -1: unset

@@ -133,7 +133,7 @@ void decode(const Problem& p, cudaStream_t stream, const float* x_up = nullptr) 
 }
 
 // Whether a plain projection takes two 16-row tiles per warp although it is not very tall: at least 4096 rows
-// of 4096-8192 columns (31B's q/k/v and o projections). Measured on the H200 (docs/benchmarks.md,
+// of 4096-8192 columns (31B's q/k/v and o projections). Measured on the H200 (2026-12-02,
 // twenty-sixth pass): in isolation 16384 x 5376 went from 48.6 to 61.4 % of read bandwidth and 5376 x 8192
 // from 41.3 to 49.0 %, while the long rows of 31B's down projection lost (5376 x 21504: 52.8 to 49.3 %); two
 // tiles for every shape lost 1-3 % on E2B, E4B and 26B-A4B (eleventh pass), whose projections this rule
@@ -179,7 +179,7 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   if (p.format != WeightFormat::kQ4 || p.m != 1 || !p.x_vec4 || !detail::aligned16(p.scales) ||
       !detail::aligned16(p.biases))
     return plan;
-  // Measured on the H200 (docs/benchmarks.md): 2 chunks in flight per warp and 16 rows per warp except for
+  // Measured on the H200 (A/Bs, 2026-11-30): 2 chunks in flight per warp and 16 rows per warp except for
   // very tall matrices (the LM head, 31B's 43008 x 5376 gate_up) and q4_wide_tiles. Deeper rings won some
   // isolated GEMVs (16384 x 4096: 51 % of read bandwidth at 4 vs 49 % at 2) but lost in the model (E4B decode
   // 327 vs 343 tok/s at 4, 300 at 8): their shared memory keeps the next kernel's blocks, launched early
@@ -199,7 +199,7 @@ Q4GemvPlan q4_gemv_plan(const Problem& p, bool geglu, int pair_count) {
   if (plan.split > p.segments) plan.split = 1;
   // A grid of fewer blocks than SMs never shares an SM with a block of its own, so a deeper ring costs it no
   // residency and doubles each warp's bytes in flight, where its segments have the chunks to fill it.
-  // Measured (docs/benchmarks.md, twenty-sixth pass): E2B's 96-block 1536 x 12288 down projection (6 chunks
+  // Measured on the H200 (same-run A/Bs, 2026-12-02): E2B's 96-block 1536 x 12288 down projection (6 chunks
   // per warp) at 4 stages, decode +3.7 %; its 1536 x 6144 (3 chunks) -0.5 %; larger grids lost (E4B, 31B: -1
   // to -5 %).
   const bool deep_ring =

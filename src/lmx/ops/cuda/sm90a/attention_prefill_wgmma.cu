@@ -26,7 +26,7 @@
 // (one buffer each, as the mma.sync kernel); an item's Q is loaded while its first K and V tiles are in
 // flight, and tiles that every row of a warp sees whole skip the mask. Tier 256: ~100 KB of shared memory and
 // 220 registers per thread, two blocks per SM, which overlap each other's waits; tier 512: ~205 KB, one block
-// per SM. Measured on the H200: docs/benchmarks.md, eighteenth and twenty-seventh passes.
+// per SM. Measured on the H200: docs/benchmarks.md, "Prefill attention (wgmma)".
 #include "lmx/ops/cuda/attention_kernels.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/sm90a/wgmma.cuh"
@@ -173,7 +173,7 @@ __device__ __forceinline__ void setup_rows(const Params& p, char* smem, int t0, 
 
 // The item's Q (bf16, zero-padded) into the swizzled layout. Each thread has 32 float4 loads; they are issued
 // kBatch at a time before any is converted (one load per round trip — the loop as written — was ~15-20 % of
-// the kernel's stall samples at 26B-A4B's shapes: ncu, twenty-seventh pass).
+// the kernel's stall samples at 26B-A4B's shapes: ncu on the H200, 2026-12-02).
 template <int kDims>
 __device__ __forceinline__ void load_q_swizzled(const Params& p, char* smem) {
   using C = WgCfg<kDims>;

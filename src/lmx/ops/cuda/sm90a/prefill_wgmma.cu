@@ -58,7 +58,7 @@ struct WgmmaConfig {
   // A split's segment totals: the first kRegisterTotals in registers (a segment's end is then that many adds),
   // the others in shared memory. In shared memory a flush is a read and a write of 1 KB per total (~1 us per
   // flush for the 64 totals of a 128-row tile, with the tensor cores idle; E4B's and 26B-A4B's dense projections
-  // have 8-16 segments of two chunks each: docs/benchmarks.md, twenty-eighth pass). All of them fit in registers
+  // have 8-16 segments of two chunks each; measured on the H200, 2026-12-02). All of them fit in registers
   // for tiles of up to 128 x rows; the 160-row instance (the MoE's grouped launches, at most 3 segments) keeps
   // kWideRegisterTotals of its 80 there (ptxas spills with 56, and with all 80 even at 240 registers per consumer;
   // MoE dispatch at 2048 tokens: 32 → 680 us, 48 → 641 us).
@@ -521,7 +521,7 @@ void launch_kernel(const Problem& p, const uint32_t* xp, const PrefillChunks& gr
 // Grouped launches give chunks of at most kSmallChunkRows rows (an expert's last, partly filled chunk, or a
 // rarely chosen expert's only one) a second kernel of 32-row tiles, a quarter of the tensor-core work of a
 // 128-row tile; the 128-row kernel skips them. 26B-A4B at 2048 tokens: ~128 pairs per expert, so about half
-// the experts end with a chunk of a few rows (docs/benchmarks.md, sixteenth pass). LMX_PREFILL_SMALL_CHUNKS=0
+// the experts end with a chunk of a few rows (H200, 2026-12-01). LMX_PREFILL_SMALL_CHUNKS=0
 // in the environment keeps every chunk on 128-row tiles (A/B runs).
 constexpr int kSmallChunkRows = 32;
 bool small_chunk_kernel_enabled() {
@@ -549,7 +549,7 @@ int64_t short_tiles(const Problem& p, int64_t grid_x) {
 // quarters of the tensor work and costs kNarrowTileCost of a 128-row block (H200, whole waves of 8192 x 2816
 // and 20480 x 2560 at 2048 rows: 0.78-0.79). At 2048 tokens E2B's N = 1536 projections (o, down) take 192
 // blocks of 128 rows, 1.45 waves of 132 SMs, or 264 blocks of 96 rows, two full waves: 134 -> 111 us for the
-// down projection, E2B's prefill +4.8 % (docs/benchmarks.md, twenty-second pass). Launches under one wave
+// down projection, E2B's prefill +4.8 % (same-run A/B on the H200, 2026-12-01). Launches under one wave
 // keep 128-row tiles (the one-tile ones are short_tiles'): taking them too gave E4B at 512 tokens +5.7 % but
 // 26B-A4B -1.2 %, whose dense MLP runs beside the routing stream, so more blocks may take SMs from it (not
 // profiled). Same per-column chains, so the same bits. LMX_PREFILL_NARROW_TILES=0 in the environment keeps

@@ -1,5 +1,5 @@
 // A projection or embedding weight as the checkpoint stores it: dense (f32/bf16) or MLX affine-quantized.
-#include "lmx/model/weight.h"
+#include "lmx/ops/weight.h"
 
 #include "lmx/ops/ops.h"
 

@@ -1,5 +1,5 @@
 // Gemma 4 text-model configuration: parsed from config.json and resolved per layer.
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/gemma4/gemma4_config.h"
 
 #include "lmx/core/error.h"
 #include "lmx/io/model_dir.h"
@@ -117,7 +117,7 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
     for (int64_t id : ids)
       LMX_REQUIRE(ConfigError, id >= 0 && id <= std::numeric_limits<int32_t>::max(),
                   "{}: 'eos_token_id' holds {}, which is not a token id", source, id);
-    if (!ids.empty()) c.eos_token_id = static_cast<int>(ids.front());
+    for (int64_t id : ids) c.eos_token_ids.push_back(static_cast<int>(id));
   }
   // The computation lmx implements: GELU (tanh approximation), no attention biases.
   const std::string activation = json_opt_string(text, "hidden_activation", source).value_or("gelu_pytorch_tanh");

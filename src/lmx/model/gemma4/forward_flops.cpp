@@ -1,4 +1,4 @@
-#include "lmx/model/forward_flops.h"
+#include "lmx/model/gemma4/forward_flops.h"
 
 #include "lmx/core/error.h"
 

@@ -49,7 +49,8 @@ struct Gemma4Config {
   int num_experts = 0;
   int top_k_experts = 0;
   int moe_intermediate_size = 0;
-  std::optional<int> bos_token_id, eos_token_id, pad_token_id;  // eos: the first when config.json lists several
+  std::optional<int> bos_token_id, pad_token_id;
+  std::vector<int> eos_token_ids;  // config.json's eos_token_id: one id or a list
   // Context length: the most token positions a sequence may hold. config.json's
   // max_position_embeddings, or transformers' default 131072 when the key is absent (released
   // Gemma 4 configs set it: 131072 for E2B/E4B, 262144 for 26B-A4B and 31B). Always positive.

@@ -1,6 +1,6 @@
 // Gemma 4 weights bound by name from a checkpoint (HF text, HF multimodal or MLX naming; dense or
 // MLX affine-quantized).
-#include "lmx/model/gemma4_weights.h"
+#include "lmx/model/gemma4/gemma4_weights.h"
 
 #include "lmx/core/error.h"
 #include "lmx/io/safetensors.h"

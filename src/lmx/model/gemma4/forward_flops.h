@@ -4,7 +4,7 @@
 // elementwise work are not counted.
 #pragma once
 
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/gemma4/gemma4_config.h"
 
 #include <cstdint>
 

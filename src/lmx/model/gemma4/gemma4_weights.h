@@ -2,9 +2,9 @@
 #pragma once
 
 #include "lmx/core/tensor.h"
-#include "lmx/model/gemma4_config.h"
+#include "lmx/model/gemma4/gemma4_config.h"
 #include "lmx/model/quantization_config.h"
-#include "lmx/model/weight.h"
+#include "lmx/ops/weight.h"
 
 #include <string>
 #include <vector>

@@ -1,0 +1,64 @@
+// KvLayout: cache layers, groups by window, and each layer's offsets inside a group block.
+#include "lmx/kv/kv_layout.h"
+
+#include "lmx/core/error.h"
+
+namespace lmx {
+
+KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec, int block_tokens)
+    : codec_(codec), block_tokens_(block_tokens) {
+  LMX_REQUIRE(InvalidArgument, block_tokens >= 1 && block_tokens <= 65536,
+              "KV block tokens must be in [1, 65536], got {}", block_tokens);
+  for (size_t i = 0; i < model_layers.size(); ++i) {
+    const KvLayerGeometry& g = model_layers[i];
+    LMX_REQUIRE(InvalidArgument, g.num_kv_heads > 0 && g.head_dim > 0 && g.window >= 0,
+                "KV layer {}: bad geometry (heads {}, head_dim {}, window {})", i, g.num_kv_heads, g.head_dim,
+                g.window);
+    if (g.donor >= 0) {
+      LMX_REQUIRE(InvalidArgument, static_cast<size_t>(g.donor) < i && model_layers[g.donor].donor < 0,
+                  "KV layer {}: donor {} is not an earlier layer that owns KV", i, g.donor);
+      const KvLayerGeometry& d = model_layers[g.donor];
+      LMX_REQUIRE(InvalidArgument, d.num_kv_heads == g.num_kv_heads && d.head_dim == g.head_dim && d.window == g.window,
+                  "KV layer {}: its geometry differs from its donor {}'s", i, g.donor);
+      cache_of_model_layer_.push_back(cache_of_model_layer_[static_cast<size_t>(g.donor)]);
+      continue;
+    }
+    KvCacheLayer layer;
+    layer.model_layer = static_cast<int>(i);
+    layer.num_kv_heads = g.num_kv_heads;
+    layer.head_dim = g.head_dim;
+    layer.window = g.window;
+    layer.codec = codec;
+    int group = 0;
+    while (group < num_groups() && groups_[static_cast<size_t>(group)].window != g.window) ++group;
+    if (group == num_groups()) groups_.push_back({g.window, {}, 0});
+    layer.group = group;
+    KvGroup& owner = groups_[static_cast<size_t>(group)];
+    const size_t half = static_cast<size_t>(block_tokens) * codec.token_bytes(g.num_kv_heads, g.head_dim);
+    layer.k_offset = owner.block_bytes;
+    layer.v_offset = owner.block_bytes + half;
+    owner.block_bytes += 2 * half;
+    owner.layers.push_back(num_cache_layers());
+    cache_of_model_layer_.push_back(num_cache_layers());
+    layers_.push_back(layer);
+  }
+}
+
+bool KvLayout::owns_cache(int model_layer) const {
+  return layer(cache_layer_of(model_layer)).model_layer == model_layer;
+}
+
+std::string KvLayout::signature(int cache_layer) const {
+  const KvCacheLayer& l = layer(cache_layer);
+  std::string s = fmt::format("kv:{}:h={}:d={}", l.codec.name(), l.num_kv_heads, l.head_dim);
+  if (l.window > 0) s += fmt::format(":window={}", l.window);
+  return s;
+}
+
+size_t KvLayout::bytes_per_token() const {
+  size_t total = 0;
+  for (const auto& l : layers_) total += 2 * l.codec.token_bytes(l.num_kv_heads, l.head_dim);
+  return total;
+}
+
+}  // namespace lmx
