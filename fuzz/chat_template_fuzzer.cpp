@@ -13,9 +13,9 @@ lmx::ChatTemplateInputs g_inputs;
 // Tight limits keep each run short; the limits themselves are what a hostile template must hit.
 lmx::jinja::RenderLimits fuzz_limits() {
   lmx::jinja::RenderLimits limits;
-  limits.max_output_bytes = size_t{1} << 20;
-  limits.max_work_bytes = int64_t{16} << 20;
-  limits.max_loop_iterations = 100'000;
+  limits.max_output_bytes = size_t{256} << 10;
+  limits.max_work_bytes = int64_t{4} << 20;
+  limits.max_loop_iterations = 20'000;
   return limits;
 }
 

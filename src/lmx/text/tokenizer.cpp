@@ -2,6 +2,7 @@
 #include "lmx/text/tokenizer.h"
 
 #include "lmx/core/error.h"
+#include "lmx/io/directory.h"
 #include "lmx/io/input_file.h"
 #include "lmx/io/json_input.h"
 #include "lmx/text/tokenizer_impl.h"
@@ -157,7 +158,7 @@ std::string TokenizerImpl::decode(std::span<const int32_t> ids, bool skip_specia
 }  // namespace text
 
 Tokenizer Tokenizer::load(const std::string& model_dir) {
-  const std::string path = model_dir + "/tokenizer.json";
+  const std::string path = join_path(model_dir, "tokenizer.json");
   const std::string json_text = read_input_file(path, InputKind::kTokenizer);
   std::unique_ptr<text::TokenizerImpl> impl = text::TokenizerImpl::parse(json_text, path);
   impl->config = text::TokenizerConfig::load(model_dir);

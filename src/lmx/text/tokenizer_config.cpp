@@ -2,6 +2,7 @@
 #include "lmx/text/tokenizer_config.h"
 
 #include "lmx/core/error.h"
+#include "lmx/io/directory.h"
 #include "lmx/io/input_file.h"
 #include "lmx/io/json_input.h"
 #include "lmx/text/tokenizer_json.h"
@@ -84,7 +85,7 @@ void read_templates(const nlohmann::json& value, const std::string& path, Tokeni
 
 TokenizerConfig TokenizerConfig::load(const std::string& model_dir) {
   TokenizerConfig config;
-  const std::string config_path = model_dir + "/tokenizer_config.json";
+  const std::string config_path = join_path(model_dir, "tokenizer_config.json");
   if (const auto j = read_json_file(config_path)) {
     config.bos_token = token_text(*j, "bos_token", config_path);
     config.eos_token = token_text(*j, "eos_token", config_path);
@@ -95,18 +96,18 @@ TokenizerConfig TokenizerConfig::load(const std::string& model_dir) {
     config.clean_up_tokenization_spaces = optional_bool(*j, "clean_up_tokenization_spaces", config_path).value_or(false);
     if (const auto it = j->find("chat_template"); it != j->end()) read_templates(*it, config_path, config);
   }
-  const std::string map_path = model_dir + "/special_tokens_map.json";
+  const std::string map_path = join_path(model_dir, "special_tokens_map.json");
   if (const auto j = read_json_file(map_path)) {
     if (auto v = token_text(*j, "bos_token", map_path)) config.bos_token = v;
     if (auto v = token_text(*j, "eos_token", map_path)) config.eos_token = v;
     if (auto v = token_text(*j, "unk_token", map_path)) config.unk_token = v;
     if (auto v = token_text(*j, "pad_token", map_path)) config.pad_token = v;
   }
-  const std::string template_json_path = model_dir + "/chat_template.json";
+  const std::string template_json_path = join_path(model_dir, "chat_template.json");
   if (const auto j = read_json_file(template_json_path)) {
     if (const auto it = j->find("chat_template"); it != j->end()) read_templates(*it, template_json_path, config);
   }
-  const std::string jinja_path = model_dir + "/chat_template.jinja";
+  const std::string jinja_path = join_path(model_dir, "chat_template.jinja");
   if (std::optional<std::string> source = read_input_file_if_exists(jinja_path, InputKind::kTemplate)) {
     config.chat_template = std::move(*source);
     config.chat_templates["default"] = config.chat_template;
