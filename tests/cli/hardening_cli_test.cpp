@@ -6,6 +6,7 @@
 #include "support/unprivileged.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -139,6 +140,17 @@ TEST(HardeningCli, ContextLengthIsEnforcedBeforeAnyWork) {
                  {"--prompt-tokens 1000000", "context length of 2048"}, "bench");
   RunResult fits = run_lmx("generate --model " + demo() + " --prompt-ids 2,3 --max-tokens 2 --json");
   EXPECT_EQ(fits.exit_code, 0) << fits.output;
+}
+
+TEST(HardeningCli, BenchOnAVocabularyOfThreeTokens) {
+  // bench draws prompt ids past the special tokens 0-2 when there are more; with three, from all.
+  test::TempDir dir;
+  nlohmann::json config = nlohmann::json::parse(test::read_file(tiny("tiny-31b") + "/config.json"));
+  config["vocab_size"] = 3;
+  test::write_file(dir.file("config.json"), config.dump());
+  ASSERT_EQ(run_lmx("synth --config " + dir.file("config.json") + " --out " + dir.file("m")).exit_code, 0);
+  RunResult r = run_lmx("bench --model " + dir.file("m") + " --prompt-tokens 4 --gen-tokens 1 --threads 1 --json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST(HardeningCli, ChatExitsNonZeroWhenATurnFailsAndNamesTheContext) {
