@@ -7,6 +7,7 @@
 // tensor-core path). Prints µs and TFLOP/s counting 4·D·H flops per visible (query, key) pair (QKᵀ and PV).
 #include "bench_cuda_support.cuh"
 #include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/paged_arrays.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
 
@@ -33,10 +34,11 @@ struct Shape {
   int heads, kv_heads, dim;
 };
 
-// `seqs` caches of `cap` slots each, plus the device arrays of their pointers.
+// `seqs` caches of `cap` slots each, viewed as paged storage of 64-token blocks (their block tables).
 struct Caches {
   std::vector<DeviceBuffer> k, v;
-  DeviceBuffer k_ptrs, v_ptrs;
+  DeviceBuffer k_table, v_table, k_first, v_first;
+  lmx::cuda::PagedStore k_pages, v_pages;
 };
 
 Caches make_caches(const Shape& s, int seqs, int64_t cap, uint32_t seed) {
@@ -52,8 +54,9 @@ Caches make_caches(const Shape& s, int seqs, int64_t cap, uint32_t seed) {
     kp.push_back(c.k.back().as<const uint16_t>());
     vp.push_back(c.v.back().as<const uint16_t>());
   }
-  c.k_ptrs = lmx::cuda::upload_vector(kp);
-  c.v_ptrs = lmx::cuda::upload_vector(vp);
+  const int64_t row = int64_t{s.kv_heads} * s.dim;
+  c.k_pages = lmx::cuda::contiguous_as_pages(kp, cap, row, 64, c.k_table, c.k_first);
+  c.v_pages = lmx::cuda::contiguous_as_pages(vp, cap, row, 64, c.v_table, c.v_first);
   return c;
 }
 
@@ -88,8 +91,8 @@ void bench_decode(const Shape& s, int batch, int kv_len) {
   DeviceBuffer partials(std::max<size_t>(pbytes, 256));
   const double t = median_seconds(nullptr, 30, 1, [&](int i) {
     const Caches& c = caches[static_cast<size_t>(i % copies)];
-    b.k = c.k_ptrs.as<const uint16_t* const>();
-    b.v = c.v_ptrs.as<const uint16_t* const>();
+    b.k = c.k_pages;
+    b.v = c.v_pages;
     lmx::cuda::attention(b, partials.as<float>(), pbytes, nullptr);
   });
   fmt::print("decode   heads {:>2}/{:<2} dim {:>3}  batch {:>2}  kv_len {:>6}  {:>9.1f} us  {:>7.1f} GB/s KV\n", s.heads,
@@ -116,8 +119,8 @@ void bench_prefill(const Shape& s, int tokens, int window = 0) {
   b.head_dim = s.dim;
   b.q_pos = d_pos.as<const int32_t>();
   b.q_seq = d_seq.as<const int32_t>();
-  b.k = c.k_ptrs.as<const uint16_t* const>();
-  b.v = c.v_ptrs.as<const uint16_t* const>();
+  b.k = c.k_pages;
+  b.v = c.v_pages;
   b.kv_len = d_len.as<const int32_t>();
   b.max_kv_len = tokens;
   b.window = window;

@@ -153,3 +153,39 @@ TEST(Cli, InfoAndDeviceSelection) {
 
 }  // namespace
 }  // namespace lmx
+
+namespace lmx {
+namespace {
+
+// The KV cache flags: codecs and block sizes run and report the bytes they hold; bad values and a budget
+// too small for the prompt are clear errors, not crashes.
+TEST(Cli, KvCacheFlags) {
+  const std::string base = "generate --model " + tiny("tiny-e2b") + " --prompt-ids 2,105,7,9,11 --max-tokens 4 --json";
+  test::RunResult f32 = test::run_lmx(base);
+  ASSERT_EQ(f32.exit_code, 0) << f32.output;
+  const auto f32_json = nlohmann::json::parse(f32.output);
+  EXPECT_GT(f32_json["kv_bytes"].get<int64_t>(), 0);
+  test::RunResult bf16 = test::run_lmx(base + " --kv-cache bf16 --kv-block-tokens 16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  const auto bf16_json = nlohmann::json::parse(bf16.output);
+  EXPECT_GT(bf16_json["kv_bytes"].get<int64_t>(), 0);
+  EXPECT_LT(bf16_json["kv_bytes"].get<int64_t>(), f32_json["kv_bytes"].get<int64_t>());
+  test::RunResult blocks = test::run_lmx(base + " --kv-block-tokens 1");
+  ASSERT_EQ(blocks.exit_code, 0) << blocks.output;
+  EXPECT_EQ(nlohmann::json::parse(blocks.output)["tokens"], f32_json["tokens"]);
+
+  struct Bad {
+    std::string flags, message;
+  };
+  for (const Bad& bad : {Bad{"--kv-cache fp8", "--kv-cache: unknown KV cache codec 'fp8'"},
+                         Bad{"--kv-budget lots", "--kv-budget 'lots'"}, Bad{"--kv-budget 0", "--kv-budget '0'"},
+                         Bad{"--kv-budget 1K", "KV cache full"}, Bad{"--kv-block-tokens 0", "--kv-block-tokens"}}) {
+    test::RunResult r = test::run_lmx(base + " " + bad.flags);
+    EXPECT_NE(r.exit_code, 0) << bad.flags;
+    EXPECT_NE(r.output.find(bad.message), std::string::npos) << bad.flags << ": " << r.output;
+    EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace lmx

@@ -9,6 +9,7 @@
 #include "lmx/core/error.h"
 #include "lmx/core/half.h"
 #include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/paged_arrays.h"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -71,8 +72,8 @@ Inputs make_inputs(const Case& c, int tokens = 1) {
 
 // Device copies of `in` and the batch and inputs of an attention_with_inputs call over them.
 struct DeviceCall {
-  DeviceBuffer x, q_norm, k_norm, inv_freq, k_cache, v_cache, k_table, v_table, pos, seq, kv_len, out,
-      partials;
+  DeviceBuffer x, q_norm, k_norm, inv_freq, pos, seq, kv_len, out, partials;
+  std::unique_ptr<cuda::PagedArrays> k_cache, v_cache;  // blocks of 64 tokens
   cuda::AttentionBatch batch;
   cuda::AttentionInputs inputs;
   size_t partials_bytes = 0;
@@ -83,10 +84,8 @@ struct DeviceCall {
     q_norm = cuda::upload_vector(in.q_norm);
     k_norm = cuda::upload_vector(in.k_norm);
     inv_freq = cuda::upload_vector(in.inv_freq);
-    k_cache = cuda::upload_vector(in.k_cache);
-    v_cache = cuda::upload_vector(in.v_cache);
-    k_table = cuda::upload_vector(std::vector<uint16_t*>{k_cache.as<uint16_t>()});
-    v_table = cuda::upload_vector(std::vector<uint16_t*>{v_cache.as<uint16_t>()});
+    k_cache = std::make_unique<cuda::PagedArrays>(std::vector<std::vector<uint16_t>>{in.k_cache}, kvw, 64);
+    v_cache = std::make_unique<cuda::PagedArrays>(std::vector<std::vector<uint16_t>>{in.v_cache}, kvw, 64);
     std::vector<int32_t> positions(static_cast<size_t>(tokens));
     for (int t = 0; t < tokens; ++t) positions[static_cast<size_t>(t)] = c.pos + t;
     pos = cuda::upload_vector(positions);
@@ -102,8 +101,8 @@ struct DeviceCall {
     batch.head_dim = c.dim;
     batch.q_pos = pos.as<int32_t>();
     batch.q_seq = seq.as<int32_t>();
-    batch.k = k_table.as<uint16_t*>();
-    batch.v = v_table.as<uint16_t*>();
+    batch.k = k_cache->store();
+    batch.v = v_cache->store();
     batch.kv_len = kv_len.as<int32_t>();
     batch.max_kv_len = c.capacity;
     batch.window = c.window;
@@ -115,8 +114,6 @@ struct DeviceCall {
       inputs.v = c.k_eq_v ? inputs.k : inputs.k + kvw;
       inputs.kv_stride = batch.q_stride;
       inputs.k_norm = k_norm.as<float>();
-      inputs.k_store = k_table.as<uint16_t*>();
-      inputs.v_store = v_table.as<uint16_t*>();
     }
     inputs.inv_freq = inv_freq.as<float>();
     inputs.eps = 1e-6f;
@@ -147,8 +144,9 @@ class CudaAttentionInputs : public ::testing::Test {
                                           call.partials_bytes, ctx_->stream(), fusion);
     ctx_->synchronize();
     r.out = cuda::download_vector<float>(call.out, static_cast<size_t>(c.heads) * static_cast<size_t>(c.dim));
-    r.k_cache = cuda::download_vector<uint16_t>(call.k_cache, in.k_cache.size());
-    r.v_cache = cuda::download_vector<uint16_t>(call.v_cache, in.v_cache.size());
+    const int64_t rows = static_cast<int64_t>(in.k_cache.size()) / (int64_t{c.kv_heads} * c.dim);
+    r.k_cache = call.k_cache->download(0, rows);
+    r.v_cache = call.v_cache->download(0, rows);
     return r;
   }
 
@@ -247,9 +245,6 @@ TEST_F(CudaAttentionInputs, UnfusedCallsAndRejects) {
 
   cuda::AttentionInputs bad = inputs;
   bad.v = nullptr;  // keys without values
-  EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials, bytes, s), InvalidArgument);
-  bad = inputs;
-  bad.k_store = bad.v_store;  // appended to a cache the batch does not read
   EXPECT_THROW(cuda::attention_with_inputs(batch, bad, partials, bytes, s), InvalidArgument);
   bad = inputs;
   bad.q = inputs.k;  // not the batch's q

@@ -11,6 +11,7 @@
 // |out - ref| ≤ 2 · 2^-9 · 2 max|v| = 2^-7 max|v| (plus f32 summation order). Cases with q = 0 have
 // p = 1 exactly, so out is the plain mean of the visible values: a tight check of every mask edge.
 #include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/paged_arrays.h"
 #include "lmx/core/half.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -88,18 +89,17 @@ std::vector<float> run_gpu(const Shape& s, const std::vector<HostSeq>& seqs, con
   const int64_t tokens = static_cast<int64_t>(queries.size());
   const int64_t row = static_cast<int64_t>(s.heads) * s.dim;
   const int64_t q_stride = row + s.q_pad;
-  std::vector<cuda::DeviceBuffer> ks, vs;
-  std::vector<const uint16_t*> kp, vp;
+  std::vector<std::vector<uint16_t>> ks, vs;
   std::vector<int32_t> kv_len;
   int64_t max_kv = 0;
   for (const HostSeq& seq : seqs) {
-    ks.push_back(cuda::upload_vector(seq.k));
-    vs.push_back(cuda::upload_vector(seq.v));
-    kp.push_back(ks.back().as<const uint16_t>());
-    vp.push_back(vs.back().as<const uint16_t>());
+    ks.push_back(seq.k);
+    vs.push_back(seq.v);
     kv_len.push_back(seq.kv_len);
     max_kv = std::max<int64_t>(max_kv, seq.kv_len);
   }
+  // The caches in blocks of 64 tokens, scattered (cuda::PagedArrays).
+  const cuda::PagedArrays k_pages(ks, int64_t{s.kv_heads} * s.dim, 64), v_pages(vs, int64_t{s.kv_heads} * s.dim, 64);
   std::vector<float> q(static_cast<size_t>(std::max<int64_t>(1, tokens * q_stride)), 0.0f);
   std::vector<int32_t> q_pos, q_seq;
   for (int64_t t = 0; t < tokens; ++t) {
@@ -107,7 +107,6 @@ std::vector<float> run_gpu(const Shape& s, const std::vector<HostSeq>& seqs, con
     q_pos.push_back(queries[t].pos);
     q_seq.push_back(queries[t].seq);
   }
-  cuda::DeviceBuffer d_kp = cuda::upload_vector(kp), d_vp = cuda::upload_vector(vp);
   cuda::DeviceBuffer d_len = cuda::upload_vector(kv_len), d_q = cuda::upload_vector(q);
   cuda::DeviceBuffer d_pos = cuda::upload_vector(q_pos), d_seq = cuda::upload_vector(q_seq);
   const size_t out_bytes = static_cast<size_t>(std::max<int64_t>(1, tokens * row)) * sizeof(float);
@@ -124,8 +123,8 @@ std::vector<float> run_gpu(const Shape& s, const std::vector<HostSeq>& seqs, con
   b.head_dim = s.dim;
   b.q_pos = d_pos.as<const int32_t>();
   b.q_seq = d_seq.as<const int32_t>();
-  b.k = d_kp.as<const uint16_t* const>();
-  b.v = d_vp.as<const uint16_t* const>();
+  b.k = k_pages.store();
+  b.v = v_pages.store();
   b.kv_len = d_len.as<const int32_t>();
   b.max_kv_len = s.max_kv_len > 0 ? s.max_kv_len : max_kv;
   b.window = s.window;
@@ -455,16 +454,10 @@ TEST_F(CudaAttention, KvAppendRoundsToNearestEven) {
       v[static_cast<size_t>(stride) + i] = specials[i];
     }
     const uint16_t fill = 0xabcd;
-    std::vector<cuda::DeviceBuffer> kb, vb;
-    std::vector<uint16_t*> kp, vp;
-    for (int s = 0; s < 2; ++s) {
-      kb.push_back(cuda::upload_vector(std::vector<uint16_t>(static_cast<size_t>(cap * row), fill)));
-      vb.push_back(cuda::upload_vector(std::vector<uint16_t>(static_cast<size_t>(cap * row), fill)));
-      kp.push_back(kb.back().as<uint16_t>());
-      vp.push_back(vb.back().as<uint16_t>());
-    }
+    // Two sequences' caches in scattered blocks of 64 tokens (cuda::PagedArrays).
+    const std::vector<std::vector<uint16_t>> filled(2, std::vector<uint16_t>(static_cast<size_t>(cap * row), fill));
+    const cuda::PagedArrays k_pages(filled, row, 64), v_pages(filled, row, 64);
     cuda::DeviceBuffer d_pos = cuda::upload_vector(pos), d_seq = cuda::upload_vector(seq);
-    cuda::DeviceBuffer d_kp = cuda::upload_vector(kp), d_vp = cuda::upload_vector(vp);
     // pad == 1: start one float in, so rows are not 16-byte aligned either.
     const int64_t offset = pad == 1 ? 1 : 0;
     std::vector<float> k_off(static_cast<size_t>(offset), 0.0f), v_off(static_cast<size_t>(offset), 0.0f);
@@ -473,12 +466,11 @@ TEST_F(CudaAttention, KvAppendRoundsToNearestEven) {
     cuda::DeviceBuffer d_ko = cuda::upload_vector(k_off), d_vo = cuda::upload_vector(v_off);
     LMX_CUDA_CHECK(cudaDeviceSynchronize());
     cuda::kv_append(d_ko.as<const float>() + offset, stride, d_vo.as<const float>() + offset, stride, tokens, kv_heads,
-                    dim, d_pos.as<const int32_t>(), d_seq.as<const int32_t>(), d_kp.as<uint16_t* const>(),
-                    d_vp.as<uint16_t* const>(), nullptr);
+                    dim, d_pos.as<const int32_t>(), d_seq.as<const int32_t>(), k_pages.store(), v_pages.store(),
+                    nullptr);
     LMX_CUDA_CHECK(cudaDeviceSynchronize());
     for (int s = 0; s < 2; ++s) {
-      const std::vector<uint16_t> ks = cuda::download_vector<uint16_t>(kb[static_cast<size_t>(s)], cap * row);
-      const std::vector<uint16_t> vs = cuda::download_vector<uint16_t>(vb[static_cast<size_t>(s)], cap * row);
+      const std::vector<uint16_t> ks = k_pages.download(s, cap), vs = v_pages.download(s, cap);
       for (int slot = 0; slot < cap; ++slot) {
         int64_t token = -1;
         for (int64_t t = 0; t < tokens; ++t)

@@ -3,6 +3,7 @@
 // Skipped when no CUDA device is visible.
 #include "lmx/core/half.h"
 #include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/paged_arrays.h"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -241,21 +242,19 @@ TEST_F(CudaElementwise, AttentionInputsMatchCpu) {
         cuda::DeviceBuffer dx = up(x), dqw = up(q_w), dkw = up(k_w), dfreq = up(inv_freq), dpos = up(pos),
                            dseq = up(seq);
         const std::vector<uint16_t> empty(static_cast<size_t>(capacity * kvw), kEmpty);
-        std::vector<cuda::DeviceBuffer> caches;
-        for (int i = 0; i < 4; ++i) caches.push_back(up(empty));  // k seq 0, k seq 1, v seq 0, v seq 1
-        const std::vector<uint16_t*> k_ptrs = {caches[0].as<uint16_t>(), caches[1].as<uint16_t>()};
-        const std::vector<uint16_t*> v_ptrs = {caches[2].as<uint16_t>(), caches[3].as<uint16_t>()};
-        cuda::DeviceBuffer dk_table = up(k_ptrs), dv_table = up(v_ptrs);
+        // Two sequences' k and v caches in scattered blocks of 64 tokens.
+        const cuda::PagedArrays k_pages({empty, empty}, kvw, 64), v_pages({empty, empty}, kvw, 64);
         float* base = dx.as<float>();
         const cuda::HeadNormJob jobs[3] = {
-            {base, stride, heads, dqw.as<float>(), true, nullptr},
-            {base + qw, stride, kv_heads, dkw.as<float>(), true, dk_table.as<uint16_t*>()},
-            {base + (k_eq_v ? qw : qw + kvw), stride, kv_heads, nullptr, false, dv_table.as<uint16_t*>()}};
+            {base, stride, heads, dqw.as<float>(), true, {}},
+            {base + qw, stride, kv_heads, dkw.as<float>(), true, k_pages.store()},
+            {base + (k_eq_v ? qw : qw + kvw), stride, kv_heads, nullptr, false, v_pages.store()}};
         cuda::attention_inputs(jobs, 3, tokens, head_dim, eps, dpos.as<int32_t>(), dseq.as<int32_t>(),
                                dfreq.as<float>(), stream());
         const std::vector<float> got = down<float>(dx, x.size());
-        std::vector<std::vector<uint16_t>> got_cache;
-        for (auto& c : caches) got_cache.push_back(down<uint16_t>(c, empty.size()));
+        // k seq 0, k seq 1, v seq 0, v seq 1.
+        const std::vector<std::vector<uint16_t>> got_cache = {k_pages.download(0, capacity), k_pages.download(1, capacity),
+                                                              v_pages.download(0, capacity), v_pages.download(1, capacity)};
 
         int bad = 0;
         const int half = head_dim / 2;
@@ -330,22 +329,17 @@ TEST_F(CudaElementwise, AttentionInputsSameBitsForAnyHeadsPerWarp) {
         cuda::DeviceBuffer dx = up(x), dqw = up(q_w), dkw = up(k_w), dfreq = up(inv_freq), dpos = up(pos),
                            dseq = up(seq);
         const std::vector<uint16_t> empty(static_cast<size_t>(capacity * kvw), 0);
-        cuda::DeviceBuffer k_cache = up(empty), v_cache = up(empty);
-        const std::vector<uint16_t*> k_ptrs = {k_cache.as<uint16_t>()}, v_ptrs = {v_cache.as<uint16_t>()};
-        cuda::DeviceBuffer dk_table = up(k_ptrs), dv_table = up(v_ptrs);
+        const cuda::PagedArrays k_cache({empty}, kvw, 64), v_cache({empty}, kvw, 64);
         float* base = dx.as<float>();
-        const cuda::HeadNormJob q = {base, stride, heads, dqw.as<float>(), true, nullptr};
-        const cuda::HeadNormJob k = {base + qw,       stride, kv_heads,
-                                     dkw.as<float>(), true,   dk_table.as<uint16_t*>()};
-        const cuda::HeadNormJob v = {base + qw + kvw, stride, kv_heads,
-                                     nullptr,         false,  dv_table.as<uint16_t*>()};
-        const cuda::HeadNormJob none = {base + qw + kvw, stride, 0, nullptr, false, nullptr};
+        const cuda::HeadNormJob q = {base, stride, heads, dqw.as<float>(), true, {}};
+        const cuda::HeadNormJob k = {base + qw, stride, kv_heads, dkw.as<float>(), true, k_cache.store()};
+        const cuda::HeadNormJob v = {base + qw + kvw, stride, kv_heads, nullptr, false, v_cache.store()};
+        const cuda::HeadNormJob none = {base + qw + kvw, stride, 0, nullptr, false, {}};
         const cuda::HeadNormJob jobs[3] = {q, empty_job ? none : k, empty_job ? k : v};
         cuda::attention_inputs(jobs, 3, tokens, head_dim, eps, dpos.as<int32_t>(), dseq.as<int32_t>(),
                                dfreq.as<float>(), stream(), run);
         const std::vector<float> got = down<float>(dx, x.size());
-        const std::vector<std::vector<uint16_t>> caches = {down<uint16_t>(k_cache, empty.size()),
-                                                           down<uint16_t>(v_cache, empty.size())};
+        const std::vector<std::vector<uint16_t>> caches = {k_cache.download(0, capacity), v_cache.download(0, capacity)};
         if (run == 1) {
           first_x = got;
           first_caches = caches;

@@ -2,8 +2,7 @@
 // tokens), against the CPU model, batch invariance and incremental decode on the GPU, and CUDA-graph
 // replays giving the logits of direct launches. Skips without a GPU.
 #include "lmx/engine/greedy.h"
-#include "lmx/model/cuda/gemma4_cuda_model.h"
-#include "lmx/model/gemma4_model.h"
+#include "lmx/model/language_model.h"
 #include "lmx/ops/cuda/device_memory.h"
 #include "support/goldens.h"
 #include "support/test_support.h"
@@ -22,6 +21,8 @@ namespace {
 
 #define SKIP_WITHOUT_GPU() \
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+const Device kGpu = Device::cuda(0);
 
 // The GPU path keeps K/V in bf16 and rounds matmul inputs to bf16 on tensor cores: logits may move
 // by a few bf16 ulps of their magnitude: ~2^-9 relative per rounding, about 40 roundings deep on a
@@ -50,7 +51,7 @@ class CudaParity : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaParity, LogitsAndGreedyMatchTransformers) {
   SKIP_WITHOUT_GPU();
   const std::string dir = test::reference_model_dir(GetParam());
-  auto model = Gemma4CudaModel::load(dir);
+  auto model = test::load_model(dir, kGpu);
   const auto goldens = test::load_goldens(dir);
   ASSERT_GE(goldens.size(), 3u);
   const bool trained = GetParam().find("demo") != std::string::npos;
@@ -94,10 +95,10 @@ class CudaTinyModels : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaTinyModels, MatchesCpuModel) {
   SKIP_WITHOUT_GPU();
   const std::string dir = test::tiny_model_dir(GetParam());
-  auto cpu = Gemma4Model::load(dir);
-  auto gpu = Gemma4CudaModel::load(dir);
+  auto cpu = test::load_model(dir);
+  auto gpu = test::load_model(dir, kGpu);
   for (int salt = 1; salt <= 5; ++salt) {  // single tokens: see the note on random-weight models above
-    const auto prompt = prompt_of(1, cpu->config().vocab_size, salt);
+    const auto prompt = prompt_of(1, cpu->description().vocab_size, salt);
     Tensor expected = run_prompt(*cpu, prompt), got = run_prompt(*gpu, prompt);
     EXPECT_LE(test::max_abs_diff(got, expected), bf16_tolerance(expected)) << "token " << prompt[0];
   }
@@ -107,8 +108,8 @@ TEST_P(CudaTinyModels, MatchesCpuModel) {
 // prefill chunks and decode tokens.
 TEST_P(CudaTinyModels, BatchInvariance) {
   SKIP_WITHOUT_GPU();
-  auto model = Gemma4CudaModel::load(test::tiny_model_dir(GetParam()));
-  const int vocab = model->config().vocab_size;
+  auto model = test::load_model(test::tiny_model_dir(GetParam()), kGpu);
+  const int vocab = model->description().vocab_size;
   const std::vector<std::vector<int32_t>> prompts = {prompt_of(5, vocab, 1), prompt_of(23, vocab, 2),
                                                      prompt_of(1, vocab, 3)};
   const std::vector<int32_t> next = {17, 29, 31};
@@ -142,17 +143,17 @@ TEST_P(CudaTinyModels, BatchInvariance) {
 }
 
 // Invariant 3 on the GPU: chunked prefill and token-by-token decode give the one-shot logits, and
-// CUDA-graph replays give the logits of direct launches bit for bit. The direct model also runs the MoE
-// routing on the main stream, the graphed one on its own stream (concurrently with the dense MLP): same bits.
+// CUDA-graph replays give the logits of direct launches bit for bit (the MoE routing runs on its side stream,
+// concurrently with the dense MLP, either way). 300 tokens cross the 256 graph bucket and release the sliding
+// layers' first KV blocks.
 TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
   SKIP_WITHOUT_GPU();
   const std::string dir = test::tiny_model_dir(GetParam());
-  auto graphed = Gemma4CudaModel::load(dir);
-  CudaModelOptions direct_options;
+  auto graphed = test::load_model(dir, kGpu);
+  ModelOptions direct_options;
   direct_options.use_graphs = false;
-  direct_options.routing_stream = false;
-  auto direct = Gemma4CudaModel::load(dir, direct_options);
-  const auto prompt = prompt_of(300, graphed->config().vocab_size, 4);  // crosses the 256 graph bucket
+  auto direct = test::load_model(dir, kGpu, direct_options);
+  const auto prompt = prompt_of(300, graphed->description().vocab_size, 4);  // crosses the 256 graph bucket
   Tensor one_shot = run_prompt(*direct, prompt);
 
   auto seq_graph = graphed->new_sequence(), seq_direct = direct->new_sequence();
@@ -180,23 +181,23 @@ TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
   const char* fused = std::getenv("LMX_PLE_FUSED");
   const bool fused_on = fused == nullptr || std::string_view(fused) != "0";
   if (GetParam() == "ple-q4" && fused_on)
-    EXPECT_EQ(direct->fused_per_layer_input_steps(), 4 * static_cast<int64_t>(prompt.size() - 7));
+    EXPECT_EQ(direct->backend_counters().fused_per_layer_input_steps, 4 * static_cast<int64_t>(prompt.size() - 7));
   else
-    EXPECT_EQ(direct->fused_per_layer_input_steps(), 0);
+    EXPECT_EQ(direct->backend_counters().fused_per_layer_input_steps, 0);
   // Every layer of a single-token step runs its attention inputs inside the decode attention kernel, unless a
   // test pass turned that off (LMX_ATTN_FUSED_INPUTS=0); the prefill's never do.
   const char* inputs = std::getenv("LMX_ATTN_FUSED_INPUTS");
   const bool inputs_on = inputs == nullptr || std::string_view(inputs) != "0";
-  EXPECT_EQ(direct->fused_attention_inputs(),
-            inputs_on ? direct->config().num_hidden_layers * static_cast<int64_t>(prompt.size() - 7) : 0);
+  EXPECT_EQ(direct->backend_counters().fused_attention_inputs,
+            inputs_on ? direct->description().num_layers * static_cast<int64_t>(prompt.size() - 7) : 0);
 }
 
 TEST_P(CudaTinyModels, RejectsBadInput) {
   SKIP_WITHOUT_GPU();
-  auto model = Gemma4CudaModel::load(test::tiny_model_dir(GetParam()));
-  auto cpu = Gemma4Model::load(test::tiny_model_dir(GetParam()));
+  auto model = test::load_model(test::tiny_model_dir(GetParam()), kGpu);
+  auto cpu = test::load_model(test::tiny_model_dir(GetParam()));
   auto seq = model->new_sequence();
-  const int32_t bad = model->config().vocab_size;
+  const int32_t bad = model->description().vocab_size;
   StepRow row{seq.get(), {&bad, 1}};
   EXPECT_THROW(model->forward({&row, 1}), InvalidArgument);
   auto foreign = cpu->new_sequence();

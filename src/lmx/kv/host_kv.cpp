@@ -39,18 +39,8 @@ HostKvStep::HostKvStep(const KvCache& cache, std::span<const KvRow> rows) : cach
 }
 
 PagedKvLayer HostKvStep::layer(int cache_layer) const {
-  const KvCacheLayer& l = cache_.layout().layer(cache_layer);
-  PagedKvLayer view;
-  view.tables.blocks = blocks_[static_cast<size_t>(l.group)].data();
-  view.tables.stride = strides_[static_cast<size_t>(l.group)];
-  view.tables.first_block = first_block_[static_cast<size_t>(l.group)].data();
-  view.k_offset = l.k_offset;
-  view.v_offset = l.v_offset;
-  view.kv_heads = l.num_kv_heads;
-  view.head_dim = l.head_dim;
-  view.dtype = l.codec.element_dtype();
-  view.window = l.window;
-  return view;
+  const size_t g = static_cast<size_t>(cache_.layout().layer(cache_layer).group);
+  return cache_.layout().view(cache_layer, {blocks_[g].data(), strides_[g], first_block_[g].data()});
 }
 
 }  // namespace lmx

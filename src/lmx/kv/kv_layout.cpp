@@ -61,4 +61,17 @@ size_t KvLayout::bytes_per_token() const {
   return total;
 }
 
+PagedKvLayer KvLayout::view(int cache_layer, const PagedKvTables& group_tables) const {
+  const KvCacheLayer& l = layer(cache_layer);
+  PagedKvLayer view;
+  view.tables = group_tables;
+  view.k_offset = l.k_offset;
+  view.v_offset = l.v_offset;
+  view.kv_heads = l.num_kv_heads;
+  view.head_dim = l.head_dim;
+  view.dtype = l.codec.element_dtype();
+  view.window = l.window;
+  return view;
+}
+
 }  // namespace lmx

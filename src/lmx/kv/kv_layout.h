@@ -3,6 +3,7 @@
 #pragma once
 
 #include "lmx/kv/kv_codec.h"
+#include "lmx/ops/paged_kv.h"
 
 #include <cstddef>
 #include <span>
@@ -62,6 +63,8 @@ class KvLayout {
   std::string signature(int cache_layer) const;
   // KV bytes one token takes in every cache layer (keys and values).
   size_t bytes_per_token() const;
+  // What attention kernels read of cache layer `cache_layer`: its group's step tables and its place in a block.
+  PagedKvLayer view(int cache_layer, const PagedKvTables& group_tables) const;
 
  private:
   std::vector<int> cache_of_model_layer_;

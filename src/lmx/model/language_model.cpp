@@ -24,16 +24,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 PagedKvLayer StepView::kv_layer(int layer) const {
-  const KvCacheLayer& cache = kv_layout->layer(kv_layout->cache_layer_of(layer));
-  PagedKvLayer view;
-  view.tables = kv_tables[static_cast<size_t>(cache.group)];
-  view.k_offset = cache.k_offset;
-  view.v_offset = cache.v_offset;
-  view.kv_heads = cache.num_kv_heads;
-  view.head_dim = cache.head_dim;
-  view.dtype = cache.codec.element_dtype();
-  view.window = cache.window;
-  return view;
+  const int cache_layer = kv_layout->cache_layer_of(layer);
+  return kv_layout->view(cache_layer, kv_tables[static_cast<size_t>(kv_layout->layer(cache_layer).group)]);
 }
 
 // What one step runs: its rows, their KV rows and the shape of its staged inputs.
@@ -56,9 +48,11 @@ LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_
                              const ModelOptions& options)
     : backend_(std::move(backend)), forward_(std::move(forward)), use_graphs_(options.use_graphs) {
   LMX_REQUIRE(InvalidArgument, backend_ != nullptr && forward_ != nullptr, "a model needs a backend and a forward");
-  forward_->prepare(*backend_);
   KvCacheOptions kv;
   kv.codec = options.kv_codec.value_or(KvCodec(backend_->device().is_cpu() ? KvCodecKind::kF32 : KvCodecKind::kBf16));
+  // The f32 KV cache is the exactness reference: every op of the backend computes in f32 then.
+  backend_->set_exact(kv.codec.kind() == KvCodecKind::kF32);
+  forward_->prepare(*backend_);
   kv.block_tokens = options.kv_block_tokens > 0 ? options.kv_block_tokens : kDefaultKvBlockTokens;
   kv.budget_bytes = options.kv_budget_bytes;
   kv_ = std::make_unique<KvCache>(description().kv_layers, kv, backend_->kv_memory());

@@ -94,6 +94,11 @@ class Backend {
   virtual Device device() const = 0;
   // "cpu (AVX3_SPR, 2 threads)", "cuda:0 (NVIDIA H200, ...)".
   virtual std::string description() const = 0;
+  // Exactness reference: every later op computes in f32 without lower-precision shortcuts (the CUDA
+  // backend's tensor-core paths round matmul inputs to bf16); fused ops that would round are not taken. The
+  // CPU always computes this way. Call before preparing weights.
+  virtual void set_exact(bool exact) {}
+  virtual bool exact() const { return true; }
 
   // ---- Memory ----------------------------------------------------------------------------------------
   // Step buffer `slot` viewed as a contiguous `shape` of `dtype`. A slot keeps its address while requests
@@ -105,7 +110,7 @@ class Backend {
   virtual Tensor upload(const Tensor& host) = 0;
   // Copies `bytes` of host memory into step buffer `slot` (a 1-D byte buffer of at least that size, at a
   // stable address as workspace()) and returns it, ordered before later ops; the host bytes may change
-  // once this returns.
+  // once this returns. Called once at the start of every step.
   virtual Tensor stage(int slot, std::span<const std::byte> host) = 0;
   // Copies src (contiguous) to host memory of src.nbytes(), waiting for every op before it.
   virtual void to_host(const Tensor& src, void* dst) = 0;

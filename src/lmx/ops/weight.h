@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace lmx {
 
@@ -28,5 +29,9 @@ struct Weight {
 Tensor apply_linear(const Tensor& x, const Weight& w);
 // out [T, D] = table[ids] · scale for a dense or quantized [V, D] table.
 void lookup_rows(const Weight& table, std::span<const int32_t> ids, float scale, Tensor& out);
+
+// [E, Na, K] and [E, Nb, K] stacks of one dtype as [E, Na + Nb, K]: expert e's rows of a, then its rows of b
+// (MLX's separate expert gate and up stacks in the HF gate_up layout). FormatError names `what` otherwise.
+Tensor join_expert_rows(const Tensor& a, const Tensor& b, const std::string& what);
 
 }  // namespace lmx

@@ -1,4 +1,4 @@
-// join_expert_rows (gemma4_weights.h): [E, Na, K] and [E, Nb, K] stacks become [E, Na + Nb, K], expert e's
+// join_expert_rows (ops/weight.h): [E, Na, K] and [E, Nb, K] stacks become [E, Na + Nb, K], expert e's
 // rows of a then its rows of b, for any dtype; mismatched stacks fail with a FormatError naming them.
 #include "lmx/core/error.h"
 #include "lmx/model/gemma4/gemma4_weights.h"

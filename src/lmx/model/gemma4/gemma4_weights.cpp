@@ -192,25 +192,6 @@ void bind_experts(const Binder& b, const std::string& l, const Gemma4Config& c, 
 
 }  // namespace
 
-Tensor join_expert_rows(const Tensor& a, const Tensor& b, const std::string& what) {
-  if (a.dtype() != b.dtype()) throw FormatError(fmt::format("{}: expert stacks differ in dtype", what));
-  if (a.ndim() != 3 || b.ndim() != 3 || a.dim(0) != b.dim(0) || a.dim(2) != b.dim(2))
-    throw FormatError(fmt::format("{}: expert stacks {} and {} cannot be joined by rows", what,
-                                  shape_string(a.shape()), shape_string(b.shape())));
-  const int64_t experts = a.dim(0);
-  Tensor joined = Tensor::zeros({experts, a.dim(1) + b.dim(1), a.dim(2)}, a.dtype());
-  const size_t a_bytes = static_cast<size_t>(a.dim(1) * a.dim(2)) * dtype_size(a.dtype());
-  const size_t b_bytes = static_cast<size_t>(b.dim(1) * b.dim(2)) * dtype_size(b.dtype());
-  auto* dst = static_cast<std::byte*>(joined.raw_data());
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  for (int64_t e = 0; e < experts; ++e) {
-    std::memcpy(dst + e * (a_bytes + b_bytes), static_cast<const std::byte*>(ac.raw_data()) + e * a_bytes, a_bytes);
-    std::memcpy(dst + e * (a_bytes + b_bytes) + a_bytes, static_cast<const std::byte*>(bc.raw_data()) + e * b_bytes,
-                b_bytes);
-  }
-  return joined;
-}
-
 Gemma4Weights Gemma4Weights::bind(const Checkpoint& checkpoint, const Gemma4Config& c,
                                   const QuantizationConfig& quantization) {
   std::string prefix;

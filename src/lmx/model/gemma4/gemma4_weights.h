@@ -51,9 +51,6 @@ struct Gemma4Weights {
                             const QuantizationConfig& quantization);
 };
 
-// [E, Na, K] and [E, Nb, K] stacks of one dtype as [E, Na + Nb, K]: expert e's rows of a, then its rows of b
-// (MLX's separate expert gate and up stacks in the HF gate_up layout). FormatError names `what` otherwise.
-Tensor join_expert_rows(const Tensor& a, const Tensor& b, const std::string& what);
 
 // Bytes of weights one decode step of one row reads: every matrix once (only the top-k experts of
 // MoE layers), one row of each embedding table, the whole output head.

@@ -18,6 +18,7 @@
 #include "lmx/ops/cuda/device_memory.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/paged_store.cuh"
 
 #include <algorithm>
 #include <utility>
@@ -77,8 +78,13 @@ void validate(const AttentionBatch& b) {
   LMX_REQUIRE(InvalidArgument, b.tokens <= (int64_t{1} << 24) && b.max_kv_len >= 0,
               "cuda attention: {} tokens / max_kv_len {} out of range", b.tokens, b.max_kv_len);
   LMX_REQUIRE(InvalidArgument,
-              b.q && b.out && b.q_pos && b.q_seq && b.k && b.v && b.kv_len && b.q_stride >= int64_t{b.heads} * b.head_dim,
+              b.q && b.out && b.q_pos && b.q_seq && b.k.blocks && b.v.blocks && b.k.first_block && b.v.first_block &&
+                  b.kv_len && b.q_stride >= int64_t{b.heads} * b.head_dim,
               "cuda attention: missing pointer or q_stride {} < heads * head_dim", b.q_stride);
+  LMX_REQUIRE(InvalidArgument,
+              b.k.block_tokens > 0 && b.k.block_tokens % attn::kTileKeys == 0 && b.v.block_tokens == b.k.block_tokens,
+              "cuda attention: KV blocks of {} tokens; the CUDA kernels need a multiple of {}", b.k.block_tokens,
+              attn::kTileKeys);
 }
 
 // ---- kv_append ------------------------------------------------------------------------------------------
@@ -86,8 +92,8 @@ void validate(const AttentionBatch& b) {
 // One thread per 4 (kVec4) or 1 element of one token's [kv_heads, head_dim] row, for k and v.
 template <bool kVec4>
 __global__ void kv_append_kernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
-                                 int row_elems, const int32_t* q_pos, const int32_t* q_seq, uint16_t* const* k_store,
-                                 uint16_t* const* v_store) {
+                                 int row_elems, const int32_t* q_pos, const int32_t* q_seq, PagedStore k_store,
+                                 PagedStore v_store) {
   wait_for_prior_kernels();
   allow_next_kernel();
   constexpr int kW = kVec4 ? 4 : 1;
@@ -98,17 +104,16 @@ __global__ void kv_append_kernel(const float* k, int64_t k_stride, const float* 
     const int64_t t = i / per_token;
     const int e = static_cast<int>(i % per_token) * kW;
     const int32_t seq = q_seq[t];
-    const int64_t dst = static_cast<int64_t>(q_pos[t]) * row_elems + e;
+    uint16_t* k_row = paged_row(k_store, seq, q_pos[t], row_elems) + e;
+    uint16_t* v_row = paged_row(v_store, seq, q_pos[t], row_elems) + e;
     if constexpr (kVec4) {
       const float4 a = *reinterpret_cast<const float4*>(k + t * k_stride + e);
       const float4 c = *reinterpret_cast<const float4*>(v + t * v_stride + e);
-      *reinterpret_cast<uint2*>(k_store[seq] + dst) =
-          make_uint2(attn::pack_bf16x2(a.x, a.y), attn::pack_bf16x2(a.z, a.w));
-      *reinterpret_cast<uint2*>(v_store[seq] + dst) =
-          make_uint2(attn::pack_bf16x2(c.x, c.y), attn::pack_bf16x2(c.z, c.w));
+      *reinterpret_cast<uint2*>(k_row) = make_uint2(attn::pack_bf16x2(a.x, a.y), attn::pack_bf16x2(a.z, a.w));
+      *reinterpret_cast<uint2*>(v_row) = make_uint2(attn::pack_bf16x2(c.x, c.y), attn::pack_bf16x2(c.z, c.w));
     } else {
-      k_store[seq][dst] = __bfloat16_as_ushort(__float2bfloat16_rn(k[t * k_stride + e]));
-      v_store[seq][dst] = __bfloat16_as_ushort(__float2bfloat16_rn(v[t * v_stride + e]));
+      *k_row = __bfloat16_as_ushort(__float2bfloat16_rn(k[t * k_stride + e]));
+      *v_row = __bfloat16_as_ushort(__float2bfloat16_rn(v[t * v_stride + e]));
     }
   }
 }
@@ -207,11 +212,11 @@ void attention(const AttentionBatch& batch, float* partials, size_t partials_byt
 
 void attention_inputs(const AttentionBatch& batch, const AttentionInputs& in, cudaStream_t stream) {
   HeadNormJob jobs[3];
-  jobs[0] = {in.q, batch.q_stride, batch.heads, in.q_norm, true, nullptr};
+  jobs[0] = {in.q, batch.q_stride, batch.heads, in.q_norm, true, {}};
   int count = 1;
   if (in.k != nullptr) {
-    jobs[count++] = {in.k, in.kv_stride, batch.kv_heads, in.k_norm, true, in.k_store};
-    jobs[count++] = {in.v, in.kv_stride, batch.kv_heads, nullptr, false, in.v_store};
+    jobs[count++] = {in.k, in.kv_stride, batch.kv_heads, in.k_norm, true, batch.k};
+    jobs[count++] = {in.v, in.kv_stride, batch.kv_heads, nullptr, false, batch.v};
   }
   attention_inputs(jobs, count, batch.tokens, batch.head_dim, in.eps, batch.q_pos, batch.q_seq, in.inv_freq,
                    stream);
@@ -225,11 +230,6 @@ bool attention_with_inputs(const AttentionBatch& batch, const AttentionInputs& i
               "attention_with_inputs: inputs.q must be the batch's q, and inv_freq set");
   LMX_REQUIRE(InvalidArgument, (in.k == nullptr) == (in.v == nullptr),
               "attention_with_inputs: keys and values are appended together (k and v both set or both null)");
-  LMX_REQUIRE(InvalidArgument,
-              in.k == nullptr || (in.k_store != nullptr && in.v_store != nullptr &&
-                                  static_cast<const void*>(in.k_store) == static_cast<const void*>(batch.k) &&
-                                  static_cast<const void*>(in.v_store) == static_cast<const void*>(batch.v)),
-              "attention_with_inputs: the appended keys and values must go to the caches the batch reads");
   const Plan plan = make_plan(batch);
   check_partials(plan, partials, partials_bytes);
   attn::Params p = make_params(batch);
@@ -251,8 +251,6 @@ bool attention_with_inputs(const AttentionBatch& batch, const AttentionInputs& i
   p.k_in = in.k;
   p.v_in = in.v;
   p.k_norm = in.k_norm;
-  p.k_store = in.k_store;
-  p.v_store = in.v_store;
   p.inv_freq = in.inv_freq;
   p.eps = in.eps;
   attn::launch_decode(p, tier, stream);
@@ -260,11 +258,13 @@ bool attention_with_inputs(const AttentionBatch& batch, const AttentionInputs& i
 }
 
 void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens, int kv_heads,
-               int head_dim, const int32_t* q_pos, const int32_t* q_seq, uint16_t* const* k_store,
-               uint16_t* const* v_store, cudaStream_t stream) {
+               int head_dim, const int32_t* q_pos, const int32_t* q_seq, const PagedStore& k_store,
+               const PagedStore& v_store, cudaStream_t stream) {
   if (tokens <= 0) return;
   LMX_REQUIRE(InvalidArgument, kv_heads > 0 && head_dim > 0, "kv_append: kv_heads {} head_dim {}", kv_heads,
               head_dim);
+  LMX_REQUIRE(InvalidArgument, k_store.blocks && v_store.blocks && k_store.block_tokens > 0 && v_store.block_tokens > 0,
+              "kv_append: missing block tables");
   const int row_elems = kv_heads * head_dim;
   const bool vec4 = row_elems % 4 == 0 && k_stride % 4 == 0 && v_stride % 4 == 0 && detail::aligned16(k) &&
                     detail::aligned16(v);

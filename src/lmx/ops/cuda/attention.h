@@ -1,7 +1,10 @@
-// CUDA attention over a device KV cache: bf16 K/V storage, f32 queries and outputs, f32 softmax.
+// CUDA attention over a paged device KV cache: bf16 K/V storage in fixed-size token blocks (kv/'s block
+// tables), f32 queries and outputs, f32 softmax.
 //
-// Storage: each (sequence, cache layer) owns k and v arrays [capacity, kv_heads, head_dim] bf16; the
-// key/value of the token at position p lives at slot p (full history; sliding-window layers mask).
+// Storage (PagedStore): the keys (or values) of one cache layer of sequence s at position p live in block
+// p / block_tokens of s's table, at row p % block_tokens of the layer's [block_tokens, kv_heads, head_dim]
+// bf16 array inside the block. Sliding-window layers mask; blocks wholly before a sequence's first_block are
+// released and never read.
 // Conventions: see elementwise.h. Lengths and positions are read from device memory, so a decode
 // step can be captured once as a CUDA graph and replayed with new values.
 #pragma once
@@ -12,6 +15,18 @@
 
 namespace lmx::cuda {
 
+// One cache layer's keys or values for the sequences of a call (device memory, staged per step): the row of
+// position p of sequence s starts at
+//   blocks[s * stride + p / block_tokens - first_block[s]] + offset bytes + (p % block_tokens) * kv_heads * head_dim
+// bf16 elements. block_tokens is a multiple of 64: an attention tile of 64 keys lies in one block.
+struct PagedStore {
+  const void* const* blocks = nullptr;
+  int64_t stride = 0;
+  const int32_t* first_block = nullptr;
+  int block_tokens = 0;
+  int64_t offset = 0;  // bytes from a block's start to the layer's array
+};
+
 // One attention call over a ragged batch: T query tokens, each belonging to one of S sequences.
 struct AttentionBatch {
   const float* q = nullptr;        // [T, heads, head_dim] f32; token t at q + t * q_stride
@@ -21,9 +36,8 @@ struct AttentionBatch {
   int heads = 0, kv_heads = 0, head_dim = 0;  // heads % kv_heads == 0; head_dim ≤ 512, multiple of 8
   const int32_t* q_pos = nullptr;  // [T] position of each query token
   const int32_t* q_seq = nullptr;  // [T] sequence index of each query token, in [0, S)
-  const uint16_t* const* k = nullptr;  // [S] device array of device pointers to bf16 k storage
-  const uint16_t* const* v = nullptr;  // [S] ... v storage
-  const int32_t* kv_len = nullptr;     // [S] stored tokens (slots [0, kv_len) are valid)
+  PagedStore k, v;                     // the layer's keys and values
+  const int32_t* kv_len = nullptr;     // [S] stored tokens (positions < kv_len are valid)
   int64_t max_kv_len = 0;  // host-side upper bound on every kv_len (sizes the split-KV grid)
   int window = 0;          // > 0: key j visible to a query at p iff p - j < window
   float scale = 1.0f;      // scores = scale * (q · k)
@@ -37,12 +51,12 @@ void attention(const AttentionBatch& batch, float* partials, size_t partials_byt
 // Bytes of `partials` scratch that attention() needs for this batch shape.
 size_t attention_partials_bytes(const AttentionBatch& batch);
 
-// Writes new keys/values into the caches: for token t (sequence q_seq[t], position q_pos[t]),
-// k_store[q_seq[t]][q_pos[t], :, :] = bf16(k[t]) (round to nearest even), likewise v.
+// Writes new keys/values into the caches: for token t (sequence q_seq[t], position q_pos[t]), the row of
+// q_pos[t] in k_store = bf16(k[t]) (round to nearest even), likewise v.
 // k, v f32 [T, kv_heads, head_dim] with token strides k_stride / v_stride.
 void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens, int kv_heads,
-               int head_dim, const int32_t* q_pos, const int32_t* q_seq, uint16_t* const* k_store,
-               uint16_t* const* v_store, cudaStream_t stream);
+               int head_dim, const int32_t* q_pos, const int32_t* q_seq, const PagedStore& k_store,
+               const PagedStore& v_store, cudaStream_t stream);
 
 // One group of heads for attention_inputs: head h of token t is the head_dim floats at
 // x + t * token_stride + h * head_dim.
@@ -52,9 +66,8 @@ struct HeadNormJob {
   int heads = 0;
   const float* weight = nullptr;      // RMSNorm weight [head_dim] f32, or nullptr (no weight)
   bool rope = false;                  // rotate after the norm (rope's contract, positions / inv_freq)
-  uint16_t* const* store = nullptr;   // [S] bf16 caches [capacity, heads, head_dim] (kv_append's layout):
-                                      // the result goes to slot positions[t] of store[q_seq[t]];
-                                      // nullptr: the result overwrites x
+  PagedStore store;                   // store.blocks set: the result goes to the bf16 row of positions[t] of
+                                      // sequence q_seq[t] (kv_append's layout); else it overwrites x
 };
 constexpr int kMaxHeadNormJobs = 3;
 
@@ -71,8 +84,8 @@ void attention_inputs(const HeadNormJob* jobs, int job_count, int64_t tokens, in
 
 // attention_inputs' work for the query tokens of an attention call, as a Gemma layer asks it: q normed per
 // head (q_norm; nullptr: no weight) and rotated, in place; for a layer with its own cache, the call's keys
-// normed (k_norm), rotated and appended to k_store, and its values normed (no weight) and appended to
-// v_store.
+// normed (k_norm), rotated and appended to the batch's k store, and its values normed (no weight) and
+// appended to its v store.
 struct AttentionInputs {
   float* q = nullptr;  // the batch's q (AttentionBatch::q), raw projections
   const float* q_norm = nullptr;
@@ -80,8 +93,7 @@ struct AttentionInputs {
   float* v = nullptr;  //   the call appends nothing (v: raw values; v == k is allowed)
   int64_t kv_stride = 0;
   const float* k_norm = nullptr;
-  uint16_t* const* k_store = nullptr;  // the caches the batch reads (AttentionBatch::k, ::v)
-  uint16_t* const* v_store = nullptr;
+  // (The keys and values go to the caches the batch reads: AttentionBatch::k and ::v.)
   const float* inv_freq = nullptr;  // RoPE (rope's contract; the batch's q_pos are the positions)
   float eps = 0.0f;
 };

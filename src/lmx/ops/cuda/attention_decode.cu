@@ -117,8 +117,8 @@ __device__ __forceinline__ void take_inputs(const Params& p, char* smem, int t, 
       tile = reinterpret_cast<__nv_bfloat16*>(smem + (key ? L::kK : L::kV)) + fresh_row * D::kStride;
     uint16_t* cache = nullptr;
     if (appends)
-      cache = (key ? p.k_store : p.v_store)[p.q_seq[t]] +
-              (static_cast<int64_t>(p.q_pos[t]) * p.kv_heads + kvh) * p.head_dim;
+      cache = paged_row(key ? p.k : p.v, p.q_seq[t], p.q_pos[t], static_cast<int64_t>(p.kv_heads) * p.head_dim) +
+              static_cast<int64_t>(kvh) * p.head_dim;
     const float* xr = (key ? p.k_in : p.v_in) + static_cast<int64_t>(kvh) * p.head_dim;  // (one token)
     detail::norm_head(xr, p.head_dim, p.eps, lane, w, key && p.k_norm != nullptr, key, angles,
                       [&](int i, float x0, float x1) {
@@ -161,9 +161,10 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   }
 
   const int seq = p.q_seq[t];
-  const uint16_t* kbase = p.k[seq];
-  const uint16_t* vbase = p.v[seq];
   const int key0 = chunk * kTileKeys;
+  const int64_t row_elems = static_cast<int64_t>(p.kv_heads) * p.head_dim;
+  const uint16_t* kbase = paged_row(p.k, seq, key0, row_elems);  // the tile's first rows
+  const uint16_t* vbase = paged_row(p.v, seq, key0, row_elems);
   const bool fresh_here = fresh >= key0 && fresh < key0 + kTileKeys;
   __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
   __nv_bfloat16* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);

@@ -5,6 +5,7 @@
 // of the f32 sum of squares differs (one warp per head here).
 #include "lmx/core/error.h"
 #include "lmx/ops/cuda/attention.h"
+#include "lmx/ops/cuda/paged_store.cuh"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
@@ -68,8 +69,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     const HeadNormJob& job = jobs.job[j];
     float* xr = job.x + t * job.token_stride + static_cast<int64_t>(head) * head_dim;
-    if (job.store != nullptr) {
-      uint16_t* cache = job.store[q_seq[t]] + (static_cast<int64_t>(position) * job.heads + head) * head_dim;
+    if (job.store.blocks != nullptr) {
+      uint16_t* cache = paged_row(job.store, q_seq[t], position, static_cast<int64_t>(job.heads) * head_dim) +
+                        static_cast<int64_t>(head) * head_dim;
       detail::norm_head(xr, head_dim, eps, lane, weights, job.weight != nullptr, job.rope, angles,
                         [&](int i, float x0, float x1) {
                           cache[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x0));

@@ -21,6 +21,7 @@
 #pragma once
 
 #include "lmx/ops/cuda/kernel_limits.h"
+#include "lmx/ops/cuda/paged_store.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -42,8 +43,7 @@ struct Params {
   int tokens = 0, heads = 0, kv_heads = 0, head_dim = 0, group = 0;
   const int32_t* q_pos = nullptr;
   const int32_t* q_seq = nullptr;
-  const uint16_t* const* k = nullptr;
-  const uint16_t* const* v = nullptr;
+  PagedStore k, v;
   const int32_t* kv_len = nullptr;
   int window = 0;
   float scale_log2 = 0.0f;  // scale * log2(e): scores are kept in log2 units
@@ -60,14 +60,12 @@ struct Params {
   // Batch-1 decode that takes attention_inputs' work itself (attention_with_inputs; inputs_fused): q holds
   // the raw projection, which the kernel norms (q_norm; nullptr: no weight) and rotates; k_in / v_in, when
   // set, the call's raw key and value rows, which it norms (k_norm; values without a weight), rotates
-  // (keys), appends to k_store / v_store (the caches k / v read) and takes as the new key row.
+  // (keys), appends to the caches k / v and takes as the new key row.
   bool inputs_fused = false;
   const float* q_norm = nullptr;
   const float* k_in = nullptr;
   const float* v_in = nullptr;
   const float* k_norm = nullptr;
-  uint16_t* const* k_store = nullptr;
-  uint16_t* const* v_store = nullptr;
   const float* inv_freq = nullptr;
   float eps = 0.0f;
 };
@@ -283,15 +281,16 @@ __device__ __forceinline__ int2 item_key_span(const int4* info, int rows) {
   return make_int2(lo, hi);
 }
 
-// Issues the cp.async copies of one 64-key tile of K or V (keys outside [lo, hi) and columns past
-// head_dim are zero-filled, so never-written slots cannot put NaN into P·V). Thread i copies the 16
+// Issues the cp.async copies of one 64-key tile of K or V whose first row (key0, a multiple of 64) is at
+// `tile` (paged_row; keys outside [lo, hi) and columns past head_dim are zero-filled, so never-written slots
+// cannot put NaN into P·V). Thread i copies the 16
 // bytes at column 8 (i % (DT / 8)) of keys i / (DT / 8) + s · THREADS / (DT / 8): its column is fixed,
 // so its source pointer only steps (the 64-bit index arithmetic per copy was two thirds of the
 // batch-1 decode kernel's instructions).
 // Key `skip` (if in the tile) is left untouched, for a caller that copies that row later
 // (load_key_row).
 template <int DT, int THREADS>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* dst, const uint16_t* base, int kv_heads, int kvh,
+__device__ __forceinline__ void load_tile(__nv_bfloat16* dst, const uint16_t* tile, int kv_heads, int kvh,
                                           int head_dim, int key0, int lo, int hi, int skip = -1) {
   constexpr int kStride = DT + 8;
   constexpr int kChunks = DT / 8;
@@ -302,27 +301,27 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* dst, const uint16_t* ba
   const int key = static_cast<int>(threadIdx.x / kChunks);
   const int64_t key_elems = static_cast<int64_t>(kv_heads) * head_dim;
   const bool col_ok = c < head_dim;
-  const uint16_t* src = base + (static_cast<int64_t>(key0 + key) * kv_heads + kvh) * head_dim + c;
+  const uint16_t* src = tile + (static_cast<int64_t>(key) * kv_heads + kvh) * head_dim + c;
   const uint32_t to = smem_addr(dst + key * kStride + c);
 #pragma unroll
   for (int s = 0; s < kTileKeys / kStep; ++s) {
     const int j = key0 + key + s * kStep;
     const bool ok = col_ok && j >= lo && j < hi;
-    if (j != skip) cp_async16(to + s * kStep * kStride * 2, ok ? src : base, ok ? 16 : 0);
+    if (j != skip) cp_async16(to + s * kStep * kStride * 2, ok ? src : tile, ok ? 16 : 0);
     src += kStep * key_elems;
   }
 }
 
-// Copies the one row of key j (in the tile starting at key0) that load_tile skipped; columns past
-// head_dim zero-filled.
+// Copies the one row of key j (in the tile starting at key0, whose first row is at `tile`) that load_tile
+// skipped; columns past head_dim zero-filled.
 template <int DT, int THREADS>
-__device__ __forceinline__ void load_key_row(__nv_bfloat16* dst, const uint16_t* base, int kv_heads, int kvh,
+__device__ __forceinline__ void load_key_row(__nv_bfloat16* dst, const uint16_t* tile, int kv_heads, int kvh,
                                              int head_dim, int key0, int j) {
   constexpr int kStride = DT + 8;
-  const uint16_t* src = base + (static_cast<int64_t>(j) * kv_heads + kvh) * head_dim;
+  const uint16_t* src = tile + (static_cast<int64_t>(j - key0) * kv_heads + kvh) * head_dim;
   for (int c = static_cast<int>(threadIdx.x) * 8; c < DT; c += THREADS * 8) {
     const bool ok = c < head_dim;
-    cp_async16(smem_addr(dst + (j - key0) * kStride + c), ok ? src + c : base, ok ? 16 : 0);
+    cp_async16(smem_addr(dst + (j - key0) * kStride + c), ok ? src + c : tile, ok ? 16 : 0);
   }
 }
 

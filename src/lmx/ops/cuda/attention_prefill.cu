@@ -113,12 +113,14 @@ __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_ke
 
     if (bhi > blo) {
       const int seq = p.q_seq[t0];
-      const uint16_t* kbase = p.k[seq];
-      const uint16_t* vbase = p.v[seq];
+      const int64_t row_elems = static_cast<int64_t>(p.kv_heads) * p.head_dim;
+      // The first rows of tile `tile`'s keys and values (one block holds a whole tile).
+      auto k_tile = [&](int tile) { return paged_row(p.k, seq, tile * kTileKeys, row_elems); };
+      auto v_tile = [&](int tile) { return paged_row(p.v, seq, tile * kTileKeys, row_elems); };
       const int tile_lo = blo / kTileKeys, tile_hi = (bhi + kTileKeys - 1) / kTileKeys;
-      load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
+      load_tile<DT, L::kThreads>(ks, k_tile(tile_lo), p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
       cp_async_commit();
-      load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
+      load_tile<DT, L::kThreads>(vs, v_tile(tile_lo), p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
       cp_async_commit();
       ChunkState<DT, NW> st;
       st.reset();
@@ -130,13 +132,14 @@ __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_ke
             smem, st, tile * kTileKeys, lo, hi, p.scale_log2,
             [&] {
               if (more)
-                load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, (tile + 1) * kTileKeys, blo,
-                                           bhi);
+                load_tile<DT, L::kThreads>(ks, k_tile(tile + 1), p.kv_heads, kvh, p.head_dim,
+                                           (tile + 1) * kTileKeys, blo, bhi);
               cp_async_commit();
             },
             [] { cp_async_wait<1>(); });
         if (more)
-          load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, (tile + 1) * kTileKeys, blo, bhi);
+          load_tile<DT, L::kThreads>(vs, v_tile(tile + 1), p.kv_heads, kvh, p.head_dim, (tile + 1) * kTileKeys, blo,
+                                     bhi);
         cp_async_commit();
         if (!more || (tile + 1) % kChunkTiles == 0) {
           fold_chunk<DT, NW>(st, rm, rl, racc);

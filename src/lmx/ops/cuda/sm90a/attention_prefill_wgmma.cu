@@ -138,12 +138,13 @@ __device__ __forceinline__ void static_for(F&& f) {
   static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
 }
 
-// Issues the cp.async copies of one 64-key tile of K or V into the swizzled layout at `dst`; keys outside
+// Issues the cp.async copies of one 64-key tile of K or V (its first row at `tile`: paged_row) into the
+// swizzled layout at `dst`; keys outside
 // [lo, hi) and columns past head_dim are zero-filled (never-written cache slots cannot put NaN into P·V).
 // kDims / 8 threads copy one key's row per pass: thread i takes column 8 (i % (kDims / 8)) of keys
 // i / (kDims / 8) + 4 s.
 template <int kDims>
-__device__ __forceinline__ void load_tile_swizzled(uint32_t dst, const uint16_t* base, int kv_heads, int kvh,
+__device__ __forceinline__ void load_tile_swizzled(uint32_t dst, const uint16_t* tile, int kv_heads, int kvh,
                                                    int head_dim, int key0, int lo, int hi) {
   constexpr int kPerKey = kDims / 8;
   constexpr int kStep = WgCfg<kDims>::kThreads / kPerKey;  // keys per pass
@@ -151,7 +152,7 @@ __device__ __forceinline__ void load_tile_swizzled(uint32_t dst, const uint16_t*
   const int key = static_cast<int>(threadIdx.x / kPerKey);
   const int64_t key_elems = static_cast<int64_t>(kv_heads) * head_dim;
   const bool col_ok = c < head_dim;
-  const uint16_t* src = base + (static_cast<int64_t>(key0 + key) * kv_heads + kvh) * head_dim + c;
+  const uint16_t* src = tile + (static_cast<int64_t>(key) * kv_heads + kvh) * head_dim + c;
   // Rows key + 4 s: the swizzle (row % 8) alternates between two values, so two offsets and an immediate.
   static_assert(kStep == 4, "two swizzle phases");
   const uint32_t at[2] = {dst + swizzled_offset(kRows, key, c), dst + swizzled_offset(kRows, key + kStep, c)};
@@ -159,7 +160,7 @@ __device__ __forceinline__ void load_tile_swizzled(uint32_t dst, const uint16_t*
   for (int s = 0; s < kTileKeys / kStep; ++s) {
     const int row = key + s * kStep, j = key0 + row;
     const bool ok = col_ok && j >= lo && j < hi;
-    cp_async16(at[s & 1] + (s >> 1) * (2 * kStep * 128), ok ? src : base, ok ? 16 : 0);
+    cp_async16(at[s & 1] + (s >> 1) * (2 * kStep * 128), ok ? src : tile, ok ? 16 : 0);
     src += kStep * key_elems;
   }
 }
@@ -246,14 +247,16 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
 
     if (bhi > blo) {
       const int seq = p.q_seq[t0];
-      const uint16_t* kbase = p.k[seq];
-      const uint16_t* vbase = p.v[seq];
+      const int64_t row_elems = static_cast<int64_t>(p.kv_heads) * p.head_dim;
+      // The first rows of the keys and values of the tile starting at key0 (one block holds a whole tile).
+      auto k_tile = [&](int key0) { return paged_row(p.k, seq, key0, row_elems); };
+      auto v_tile = [&](int key0) { return paged_row(p.v, seq, key0, row_elems); };
       const int tile_lo = blo / kTileKeys, tile_hi = (bhi + kTileKeys - 1) / kTileKeys;
-      load_tile_swizzled<kDims>(base + C::kK, kbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo,
-                                bhi);
+      load_tile_swizzled<kDims>(base + C::kK, k_tile(tile_lo * kTileKeys), p.kv_heads, kvh, p.head_dim,
+                                tile_lo * kTileKeys, blo, bhi);
       cp_async_commit();
-      load_tile_swizzled<kDims>(base + C::kV, vbase, p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo,
-                                bhi);
+      load_tile_swizzled<kDims>(base + C::kV, v_tile(tile_lo * kTileKeys), p.kv_heads, kvh, p.head_dim,
+                                tile_lo * kTileKeys, blo, bhi);
       cp_async_commit();
       load_q_swizzled<kDims>(p, smem);  // while the first K and V tiles are in flight
       for (int tile = tile_lo; tile < tile_hi; ++tile) {
@@ -357,7 +360,7 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
         }
 
         if (more)
-          load_tile_swizzled<kDims>(base + C::kK, kbase, p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo,
+          load_tile_swizzled<kDims>(base + C::kK, k_tile(key0 + kTileKeys), p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo,
                                     bhi);
         cp_async_commit();
 
@@ -400,7 +403,7 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
         });
         __syncthreads();  // every warp's P·V is done: V's buffer is free
         if (more)
-          load_tile_swizzled<kDims>(base + C::kV, vbase, p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo,
+          load_tile_swizzled<kDims>(base + C::kV, v_tile(key0 + kTileKeys), p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo,
                                     bhi);
         cp_async_commit();
       }

@@ -1,12 +1,11 @@
-// Uploads Gemma 4 weights to the GPU (see device_weights.h).
-#include "lmx/model/cuda/device_weights.h"
+// Uploads weights to the GPU (see device_weights.h).
+#include "lmx/ops/cuda/device_weights.h"
 
 #include "lmx/core/error.h"
 #include "lmx/quant/affine.h"
 
 #include <algorithm>
 #include <cstring>
-#include <initializer_list>
 #include <vector>
 
 namespace lmx {
@@ -50,6 +49,8 @@ cuda::DeviceBuffer upload_tensor(const Tensor& t) {
   return cuda::DeviceBuffer::upload(c.raw_data(), c.nbytes());
 }
 
+}  // namespace
+
 DeviceWeight upload_weight(const Weight& w) {
   DeviceWeight d;
   if (!w.defined()) return d;
@@ -69,13 +70,10 @@ DeviceWeight upload_weight(const Weight& w) {
   return d;
 }
 
-// 2-D projections with the same input width and storage (same dtype, or same bits, group size and
-// scale dtype) as one [Σ rows, cols] weight, in the given order; undefined when any is absent or they
-// differ. Each output row is computed from its own weight row, so the stacked projection gives the same
-// values as the separate ones (up to the reduction split, which is chosen per shape).
-DeviceWeight upload_stacked(std::initializer_list<const Weight*> parts) {
+DeviceWeight upload_stacked(std::span<const Weight* const> parts) {
   DeviceWeight d;
-  const Weight& first = **parts.begin();
+  if (parts.empty()) return d;
+  const Weight& first = *parts.front();
   for (const Weight* w : parts) {
     if (!w->defined() || w->is_quantized() != first.is_quantized()) return d;
     if (w->is_quantized()) {
@@ -117,8 +115,6 @@ DeviceWeight upload_stacked(std::initializer_list<const Weight*> parts) {
   return d;
 }
 
-// Quantized expert gate and up stacks [E, I, H] as one [E, 2I, H] stack, expert by expert (the layout
-// cuda::quantized_moe_experts reads). Unsupported when the two are not quantized alike.
 DeviceWeight upload_expert_gate_up(const Weight& gate, const Weight& up) {
   const ops::QuantizedWeight &g = gate.quantized, &u = up.quantized;
   if (g.bits != u.bits || g.group_size != u.group_size || g.scales.dtype() != u.scales.dtype())
@@ -135,84 +131,6 @@ DeviceWeight upload_expert_gate_up(const Weight& gate, const Weight& up) {
   return upload_weight(joined);
 }
 
-DeviceVector upload_vector(const Tensor& t) {
-  DeviceVector v;
-  if (!t.defined()) return v;
-  const Tensor f = t.to(DType::kF32).contiguous();
-  v.buffer = cuda::DeviceBuffer::upload(f.raw_data(), f.nbytes());
-  return v;
-}
-
-size_t weight_bytes(const DeviceWeight& w) { return w.data.bytes() + w.scales.bytes() + w.biases.bytes(); }
-
-}  // namespace
-
-DeviceWeights DeviceWeights::upload(const Gemma4Weights& w) {
-  DeviceWeights d;
-  d.embed_tokens = upload_weight(w.embed_tokens);
-  d.lm_head = upload_weight(w.lm_head);
-  d.embed_tokens_per_layer = upload_weight(w.embed_tokens_per_layer);
-  d.per_layer_model_projection = upload_weight(w.per_layer_model_projection);
-  d.per_layer_projection_norm = upload_vector(w.per_layer_projection_norm);
-  d.norm = upload_vector(w.norm);
-  for (const Gemma4LayerWeights& l : w.layers) {
-    DeviceLayerWeights& o = d.layers.emplace_back();
-    o.input_layernorm = upload_vector(l.input_layernorm);
-    o.post_attention_layernorm = upload_vector(l.post_attention_layernorm);
-    o.pre_feedforward_layernorm = upload_vector(l.pre_feedforward_layernorm);
-    o.post_feedforward_layernorm = upload_vector(l.post_feedforward_layernorm);
-    if (l.k_proj.defined())
-      o.qkv_proj = l.v_proj.defined() ? upload_stacked({&l.q_proj, &l.k_proj, &l.v_proj})
-                                      : upload_stacked({&l.q_proj, &l.k_proj});
-    if (!o.qkv_proj.defined) {
-      o.q_proj = upload_weight(l.q_proj);
-      o.k_proj = upload_weight(l.k_proj);
-      o.v_proj = upload_weight(l.v_proj);
-    }
-    o.o_proj = upload_weight(l.o_proj);
-    o.q_norm = upload_vector(l.q_norm);
-    o.k_norm = upload_vector(l.k_norm);
-    o.gate_up_proj = upload_stacked({&l.gate_proj, &l.up_proj});
-    o.gate_up_proj.packed.gate_up_pair = o.gate_up_proj.quantized;
-    if (!o.gate_up_proj.defined) {
-      o.gate_proj = upload_weight(l.gate_proj);
-      o.up_proj = upload_weight(l.up_proj);
-    }
-    o.down_proj = upload_weight(l.down_proj);
-    o.router_proj = upload_weight(l.router_proj);
-    o.router_scale = upload_vector(l.router_scale);
-    o.router_per_expert_scale = upload_vector(l.router_per_expert_scale);
-    o.experts_gate_up = l.experts_gate.is_quantized() ? upload_expert_gate_up(l.experts_gate, l.experts_up)
-                                                      : upload_weight(l.experts_gate_up);
-    o.experts_down = upload_weight(l.experts_down);
-    o.pre_feedforward_layernorm_2 = upload_vector(l.pre_feedforward_layernorm_2);
-    o.post_feedforward_layernorm_1 = upload_vector(l.post_feedforward_layernorm_1);
-    o.post_feedforward_layernorm_2 = upload_vector(l.post_feedforward_layernorm_2);
-    o.per_layer_input_gate = upload_weight(l.per_layer_input_gate);
-    o.per_layer_projection = upload_weight(l.per_layer_projection);
-    o.post_per_layer_input_norm = upload_vector(l.post_per_layer_input_norm);
-    o.layer_scalar = l.layer_scalar;
-  }
-  return d;
-}
-
-size_t DeviceWeights::bytes() const {
-  size_t total = weight_bytes(embed_tokens) + weight_bytes(lm_head) + weight_bytes(embed_tokens_per_layer) +
-                 weight_bytes(per_layer_model_projection) + per_layer_projection_norm.buffer.bytes() +
-                 norm.buffer.bytes();
-  for (const auto& l : layers) {
-    for (const DeviceWeight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.qkv_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.gate_up_proj, &l.down_proj,
-                                  &l.router_proj, &l.experts_gate_up, &l.experts_down,
-                                  &l.per_layer_input_gate, &l.per_layer_projection})
-      total += weight_bytes(*w);
-    for (const DeviceVector* v : {&l.input_layernorm, &l.post_attention_layernorm, &l.pre_feedforward_layernorm,
-                                  &l.post_feedforward_layernorm, &l.q_norm, &l.k_norm, &l.router_scale,
-                                  &l.router_per_expert_scale, &l.pre_feedforward_layernorm_2,
-                                  &l.post_feedforward_layernorm_1, &l.post_feedforward_layernorm_2,
-                                  &l.post_per_layer_input_norm})
-      total += v->buffer.bytes();
-  }
-  return total;
-}
+size_t device_bytes(const DeviceWeight& w) { return w.data.bytes() + w.scales.bytes() + w.biases.bytes(); }
 
 }  // namespace lmx

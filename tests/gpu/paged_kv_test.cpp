@@ -1,0 +1,172 @@
+// The paged KV cache on CUDA through the model: f32 KV (the exactness reference) against transformers' f32
+// goldens at the CPU's tolerance; the demo model's greedy continuations equal the CPU's; block sizes change no
+// bits; forks share blocks and copy a shared partial block on write; pool exhaustion is a typed error that
+// changes nothing. Skips without a GPU.
+#include "lmx/engine/greedy.h"
+#include "lmx/kv/block_pool.h"
+#include "lmx/model/language_model.h"
+#include "lmx/ops/cuda/device_memory.h"
+#include "support/goldens.h"
+#include "support/test_support.h"
+#include "support/tiny_models.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace lmx {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+const Device kGpu = Device::cuda(0);
+constexpr float kCpuParityTolerance = 1e-3f;  // tests/parity/transformers_parity_test.cpp
+
+std::vector<int32_t> prompt_of(int length, int vocab, int salt) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < length; ++i) ids.push_back(static_cast<int32_t>(3 + (i * 7919 + salt * 104729) % (vocab - 3)));
+  return ids;
+}
+
+Tensor run(LanguageModel& model, Sequence& seq, std::span<const int32_t> tokens, bool all = false) {
+  StepRow row{&seq, tokens};
+  return model.forward({&row, 1}, all);
+}
+
+ModelOptions f32_kv() {
+  ModelOptions o;
+  o.kv_codec = KvCodec(KvCodecKind::kF32);
+  return o;
+}
+
+class CudaExactness : public ::testing::TestWithParam<std::string> {};
+
+// With --kv-cache f32 the GPU computes in f32 throughout and matches transformers like the CPU does.
+TEST_P(CudaExactness, F32KvMatchesTransformersAtTheCpuTolerance) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::reference_model_dir(GetParam());
+  auto model = test::load_model(dir, kGpu, f32_kv());
+  float worst = 0;
+  for (const auto& g : test::load_goldens(dir)) {
+    auto seq = model->new_sequence();
+    Tensor logits = run(*model, *seq, g.prompt, true);
+    ASSERT_EQ(logits.shape(), g.logits.shape());
+    const float diff = test::max_abs_diff(logits, g.logits);
+    EXPECT_LE(diff, kCpuParityTolerance) << "prompt of " << g.prompt.size() << " tokens";
+    worst = std::max(worst, diff);
+    GreedyOptions options;
+    options.max_new_tokens = static_cast<int>(g.greedy.size());
+    EXPECT_EQ(generate_greedy(*model, g.prompt, options).tokens, g.greedy) << "prompt of " << g.prompt.size();
+  }
+  std::printf("%s on CUDA with f32 KV: max |Δlogit| = %.3g\n", GetParam().c_str(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(ReferenceModels, CudaExactness,
+                         ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4", "tiny-26b-moe-q4",
+                                           "tiny-31b-q4", "models/demo"),
+                         test::ParamName());
+
+// The demo model's greedy continuations on CUDA (bf16 KV, the default) are the CPU's.
+TEST(CudaPagedKv, DemoGreedyMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::reference_model_dir("models/demo");
+  auto cpu = test::load_model(dir), gpu = test::load_model(dir, kGpu);
+  for (int salt = 1; salt <= 4; ++salt) {
+    const auto prompt = prompt_of(20 * salt, cpu->description().vocab_size, salt);
+    GreedyOptions options;
+    options.max_new_tokens = 40;
+    EXPECT_EQ(generate_greedy(*gpu, prompt, options).tokens, generate_greedy(*cpu, prompt, options).tokens)
+        << "prompt " << salt;
+  }
+}
+
+class CudaPagedModels : public ::testing::TestWithParam<std::string> {};
+
+// Blocks of 64, 128 and 256 tokens: the kernels address keys through the tables, so the bits do not move.
+TEST_P(CudaPagedModels, BlockSizeChangesNoBits) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::tiny_model_dir(GetParam());
+  std::vector<Tensor> results;
+  for (int block : {64, 128, 256}) {
+    ModelOptions o;
+    o.kv_block_tokens = block;
+    auto model = test::load_model(dir, kGpu, o);
+    const auto prompt = prompt_of(330, model->description().vocab_size, 3);
+    auto seq = model->new_sequence();
+    run(*model, *seq, std::span<const int32_t>(prompt).first(200));
+    Tensor last;
+    for (size_t i = 200; i < prompt.size(); ++i) last = run(*model, *seq, {&prompt[i], 1});
+    results.push_back(last);
+    // Sliding groups hold only the blocks their window reaches (on the device too).
+    const KvLayout& layout = model->kv_cache().layout();
+    for (int g = 0; g < layout.num_groups(); ++g) {
+      if (layout.group(g).window > 0)
+        EXPECT_LE(model->kv_cache().pool().used_blocks(g), (layout.group(g).window - 1) / block + 2) << block;
+    }
+  }
+  EXPECT_EQ(test::max_abs_diff(results[0], results[1]), 0.0f);
+  EXPECT_EQ(test::max_abs_diff(results[0], results[2]), 0.0f);
+}
+
+// A fork shares the source's blocks; whichever sequence writes into the shared partial block first copies
+// it. Each sequence's logits are those of a fresh sequence fed the same steps.
+TEST_P(CudaPagedModels, ForksShareBlocksAndCopyOnWrite) {
+  SKIP_WITHOUT_GPU();
+  auto model = test::load_model(test::tiny_model_dir(GetParam()), kGpu);
+  const int vocab = model->description().vocab_size;
+  const auto prefix = prompt_of(100, vocab, 5), a_tail = prompt_of(30, vocab, 6), b_tail = prompt_of(30, vocab, 7);
+  auto a = model->new_sequence();
+  run(*model, *a, prefix);
+  const int64_t used = model->kv_cache().pool().used_bytes();
+  auto b = model->fork(*a, 100);
+  EXPECT_EQ(model->kv_cache().pool().used_bytes(), used) << "a fork copies nothing";
+  auto c = model->fork(*a, 70);
+  auto decode = [&](Sequence& seq, const std::vector<int32_t>& tail) {
+    Tensor last;
+    for (int32_t t : tail) last = run(*model, seq, {&t, 1});
+    return last;
+  };
+  const Tensor got_b = decode(*b, b_tail), got_a = decode(*a, a_tail), got_c = decode(*c, a_tail);
+  auto fresh = [&](size_t prefix_len, const std::vector<int32_t>& tail) {
+    auto seq = model->new_sequence();
+    run(*model, *seq, std::span<const int32_t>(prefix).first(prefix_len));
+    return decode(*seq, tail);
+  };
+  EXPECT_EQ(test::max_abs_diff(got_a, fresh(100, a_tail)), 0.0f);
+  EXPECT_EQ(test::max_abs_diff(got_b, fresh(100, b_tail)), 0.0f);
+  EXPECT_EQ(test::max_abs_diff(got_c, fresh(70, a_tail)), 0.0f);
+}
+
+// A budget of a few blocks: a step that does not fit throws KvPoolExhausted and appends nothing; after another
+// sequence is gone the same step runs.
+TEST_P(CudaPagedModels, PoolExhaustionIsTyped) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::tiny_model_dir(GetParam());
+  size_t one_of_each = 0;
+  {
+    auto probe = test::load_model(dir, kGpu);
+    for (int g = 0; g < probe->kv_cache().layout().num_groups(); ++g)
+      one_of_each += probe->kv_cache().layout().group(g).block_bytes;
+  }
+  ModelOptions o;
+  o.kv_budget_bytes = 2 * one_of_each;  // 128 tokens of every group
+  auto model = test::load_model(dir, kGpu, o);
+  const auto prompt = prompt_of(100, model->description().vocab_size, 9);
+  auto first = model->new_sequence(), second = model->new_sequence();
+  run(*model, *first, prompt);
+  EXPECT_THROW(run(*model, *second, prompt), KvPoolExhausted);
+  EXPECT_EQ(second->length(), 0);
+  first.reset();
+  Tensor logits = run(*model, *second, prompt);
+  auto fresh = test::load_model(dir, kGpu);
+  auto seq = fresh->new_sequence();
+  EXPECT_EQ(test::max_abs_diff(logits, run(*fresh, *seq, prompt)), 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaPagedModels, ::testing::Values("e2b", "moe", "dense", "moe-q4"),
+                         test::ParamName());
+
+}  // namespace
+}  // namespace lmx
