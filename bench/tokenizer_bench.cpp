@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
     load_ms.push_back(seconds_since(t0) * 1e3);
   }
   std::sort(load_ms.begin(), load_ms.end());
-  const auto json_size = std::filesystem::file_size(model_dir + "/tokenizer.json");
+  std::error_code size_ec;
+  const auto json_size = std::filesystem::file_size(model_dir + "/tokenizer.json", size_ec);
 
   // Encode documents one call each; the first pass starts with a cold word cache.
   std::vector<double> encode_s;

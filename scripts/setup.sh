@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libspdlog-dev libfmt-dev
   libpcre2-dev libutf8proc-dev libopenblas-dev
+  clang libclang-rt-14-dev
   nodejs npm
 )
 

@@ -28,7 +28,7 @@ Verb add_bench(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed on random prompt tokens");
-  cmd->add_option("--model", opt->model, "Model directory")->required();
+  cmd->add_option("--model", opt->model, "Model directory")->required()->check(non_empty());
   cmd->add_option("--prompt-tokens", opt->prompt_tokens, "Prompt length")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--gen-tokens", opt->gen_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
@@ -43,10 +43,15 @@ Verb add_bench(CLI::App& app) {
             auto load_start = Clock::now();
             auto model = load_language_model(opt->model, opt->flags);
             double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+            require_within_context(*model, int64_t{opt->prompt_tokens} + opt->gen_tokens,
+                                   fmt::format("--prompt-tokens {} and --gen-tokens {}", opt->prompt_tokens,
+                                               opt->gen_tokens));
             const int vocab = model->description().vocab_size;
             std::mt19937 rng(1234);
             std::vector<int32_t> prompt(static_cast<size_t>(opt->prompt_tokens));
-            for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % static_cast<uint32_t>(vocab - 3));
+            // Random ids past the first special tokens (0-2: pad, eos, bos) when the vocabulary has more.
+            const uint32_t first = vocab > 3 ? 3 : 0;
+            for (auto& t : prompt) t = static_cast<int32_t>(first + rng() % (static_cast<uint32_t>(vocab) - first));
 
             // One run on a fresh sequence: the prompt in one step, then `steps` greedy decode steps; the
             // seconds of each part.

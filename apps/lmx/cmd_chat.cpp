@@ -3,8 +3,10 @@
 #include "commands.h"
 
 #include "lmx/core/error.h"
+#include "lmx/core/printable.h"
 #include "lmx/engine/chat_session.h"
 #include "lmx/engine/sampler.h"
+#include "lmx/io/directory.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/model/language_model.h"
 #include "lmx/text/chat_template.h"
@@ -18,7 +20,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,10 +43,13 @@ void install_sigint_handler() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-// Lines of stdin, read with read(2) so that SIGINT interrupts a wait for input.
+// Lines of stdin, read with read(2) so that SIGINT interrupts a wait for input. A line longer than
+// kMaxLineBytes (stdin from /dev/zero, a binary file) is reported once and skipped, so memory
+// stays bounded.
 class LineReader {
  public:
-  enum class Result { kLine, kEof, kInterrupted };
+  enum class Result { kLine, kEof, kInterrupted, kTooLong };
+  static constexpr size_t kMaxLineBytes = size_t{4} << 20;
 
   // The next line without its '\n' (a last line without '\n' counts at EOF).
   Result next(std::string& line) {
@@ -53,14 +57,25 @@ class LineReader {
       if (size_t newline = pending_.find('\n'); newline != std::string::npos) {
         line = pending_.substr(0, newline);
         pending_.erase(0, newline + 1);
+        if (skipping_) {
+          skipping_ = false;
+          continue;  // the rest of a line already reported as too long
+        }
         return Result::kLine;
+      }
+      if (pending_.size() > kMaxLineBytes) {
+        pending_.clear();
+        if (!skipping_) {
+          skipping_ = true;
+          return Result::kTooLong;
+        }
       }
       if (g_interrupted) return Result::kInterrupted;
       char buffer[4096];
       ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        if (pending_.empty()) return Result::kEof;
+        if (pending_.empty() || skipping_) return Result::kEof;
         line.swap(pending_);
         pending_.clear();
         return Result::kLine;
@@ -71,6 +86,7 @@ class LineReader {
 
  private:
   std::string pending_;
+  bool skipping_ = false;  // inside a line that was too long, until its '\n'
 };
 
 std::string trim(const std::string& s) {
@@ -83,6 +99,11 @@ std::string trim(const std::string& s) {
 void write_out(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
+}
+
+// A turn's error, as main reports errors: one line, hostile bytes escaped.
+void report_turn_error(const Error& e) {
+  std::fprintf(stderr, "lmx: error: %s\n", printable(e.what()).c_str());
 }
 
 struct ChatOptions {
@@ -116,8 +137,7 @@ class Chat {
     if (tokenizer_.eos_id()) stop_ids_.push_back(*tokenizer_.eos_id());
     std::sort(stop_ids_.begin(), stop_ids_.end());
     stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
-    ModelConfigFiles config = load_model_config(dir);
-    context_tokens_ = json_opt_int(config.text, "max_position_embeddings", config.path).value_or(0);
+    context_tokens_ = context_length(*model_);
     reset();
   }
 
@@ -128,18 +148,20 @@ class Chat {
   }
 
   // Answers one user message, streaming the text to stdout; the answer (partial when stopped by
-  // Ctrl-C) joins the history. Errors of this turn are reported and leave the history unchanged.
-  void answer(const std::string& user_text) {
+  // Ctrl-C) joins the history. Errors of this turn are reported and leave the history unchanged;
+  // returns false for them.
+  bool answer(const std::string& user_text) {
     nlohmann::ordered_json messages = messages_;
     messages.push_back({{"role", "user"}, {"content", user_text}});
     std::vector<int32_t> prompt;
     try {
       prompt = fit_prompt(messages);
     } catch (const Error& e) {
-      std::fprintf(stderr, "lmx: %s\n", e.what());
-      return;
+      report_turn_error(e);
+      return false;
     }
     TurnOptions turn;
+    // fit_prompt leaves room for at least one token; the answer stops at the context's end.
     turn.max_new_tokens = options_.max_tokens;
     if (context_tokens_ > 0)
       turn.max_new_tokens = static_cast<int>(
@@ -158,8 +180,9 @@ class Chat {
     try {
       result = generate_turn(session_, sampler_, prompt, turn);
     } catch (const Error& e) {
-      std::fprintf(stderr, "\nlmx: %s\n", e.what());
-      return;
+      write_out("\n");
+      report_turn_error(e);
+      return false;
     }
     std::string tail = detokenizer.flush();
     text += tail;
@@ -169,6 +192,7 @@ class Chat {
     if (result.finish == FinishReason::kCancelled) std::fprintf(stderr, "[stopped]\n");
     if (options_.stats) print_stats(result);
     g_interrupted = 0;
+    return true;
   }
 
  private:
@@ -209,10 +233,9 @@ class Chat {
       std::vector<int32_t> ids = tokenizer_.encode(template_.render(inputs), /*add_special_tokens=*/false);
       LMX_REQUIRE(InvalidArgument, !ids.empty(), "the chat template rendered an empty prompt");
       if (context_tokens_ <= 0 || static_cast<int64_t>(ids.size()) < context_tokens_) return ids;
-      LMX_REQUIRE(InvalidArgument, 
-          messages.size() >= first_turn + 3,
-          "the message is too long: its prompt has {} tokens and the model's context is {}", ids.size(),
-          context_tokens_);
+      LMX_REQUIRE(InvalidArgument, messages.size() >= first_turn + 3,
+                  "the message is too long: its prompt has {} tokens and the model's context length is {} tokens",
+                  ids.size(), context_tokens_);
       messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first_turn),
                      messages.begin() + static_cast<std::ptrdiff_t>(first_turn + 2));
     }
@@ -240,44 +263,51 @@ class Chat {
   std::unique_ptr<LanguageModel> model_;
   ChatSession session_;
   std::vector<int32_t> stop_ids_;
-  int64_t context_tokens_ = 0;  // max_position_embeddings; 0 = unknown
+  int64_t context_tokens_ = 0;  // the model's context length; 0 = unknown
   nlohmann::ordered_json messages_;
 };
 
 int run_chat(const ChatOptions& options) {
   apply_threads(options.threads);
   const std::string dir = model_or_default(options.model);
-  std::error_code ec;
-  LMX_REQUIRE(InvalidArgument, std::filesystem::is_directory(dir, ec), "model directory {} does not exist", dir);
+  require_directory(dir, "model directory");
   Chat chat(options, dir);
   const bool interactive = ::isatty(STDIN_FILENO);
   if (interactive)
     std::fprintf(stderr,
                  "lmx chat with %s — /reset starts over, /quit or Ctrl-D leaves, Ctrl-C stops an answer\n",
-                 dir.c_str());
+                 printable(dir).c_str());
   install_sigint_handler();
   LineReader reader;
   std::string line;
+  // Exit status 1 when any turn failed: its answer, the requested work, did not happen.
+  int status = 0;
   for (;;) {
     if (interactive) write_out("> ");
     LineReader::Result got = reader.next(line);
+    if (got == LineReader::Result::kTooLong) {
+      std::fprintf(stderr, "lmx: error: an input line is longer than %zu bytes; it is skipped\n",
+                   LineReader::kMaxLineBytes);
+      status = 1;
+      continue;
+    }
     if (got != LineReader::Result::kLine) {
       if (interactive) write_out("\n");
-      return 0;  // EOF or Ctrl-C at the prompt
+      return status;  // EOF or Ctrl-C at the prompt
     }
     const std::string text = trim(line);
     if (text.empty()) continue;
-    if (text == "/quit" || text == "/exit") return 0;
+    if (text == "/quit" || text == "/exit") return status;
     if (text == "/reset") {
       chat.reset();
       std::fprintf(stderr, "[conversation cleared]\n");
       continue;
     }
     if (text[0] == '/' && text.find(' ') == std::string::npos) {
-      std::fprintf(stderr, "unknown command %s (commands: /reset, /quit)\n", text.c_str());
+      std::fprintf(stderr, "unknown command %s (commands: /reset, /quit)\n", printable(text).c_str());
       continue;
     }
-    chat.answer(text);
+    if (!chat.answer(text)) status = 1;
   }
 }
 
@@ -286,7 +316,8 @@ int run_chat(const ChatOptions& options) {
 Verb add_chat(CLI::App& app) {
   auto opt = std::make_shared<ChatOptions>();
   CLI::App* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (default model: models/demo)");
-  cmd->add_option("--model", opt->model, "Model directory (default: models/demo of the lmx source tree)");
+  cmd->add_option("--model", opt->model, "Model directory (default: models/demo of the lmx source tree)")
+      ->check(non_empty());
   cmd->add_option("--system", opt->system, "System message that opens the conversation");
   opt->temperature_flag =
       cmd->add_option("--temperature", opt->temperature,

@@ -3,14 +3,15 @@
 
 #include "lmx/core/error.h"
 #include "lmx/engine/greedy.h"
+#include "lmx/io/directory.h"
 #include "lmx/io/model_dir.h"
+#include "lmx/model/language_model.h"
 #include "lmx/text/detokenizer.h"
 #include "lmx/text/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 
 namespace lmx::cli {
@@ -25,7 +26,8 @@ Verb add_generate(CLI::App& app) {
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("generate", "Greedy generation from prompt token ids, text or a chat turn");
   cmd->add_option("--model", opt->model, "Model directory (config.json + safetensors [+ tokenizer]); "
-                                         "default: the bundled demo model");
+                                         "default: the bundled demo model")
+      ->check(non_empty());
   auto* ids = cmd->add_option("--prompt-ids", opt->prompt_ids, "Comma-separated prompt token ids, e.g. 2,105,2364");
   auto* raw = cmd->add_option("--prompt", opt->prompt, "Raw prompt text (encoded with special tokens)");
   auto* chat = cmd->add_option("--chat", opt->chat, "One user turn, rendered through the chat template");
@@ -43,7 +45,7 @@ Verb add_generate(CLI::App& app) {
             apply_threads(opt->threads);
             opt->model = model_or_default(opt->model);
             std::optional<Tokenizer> tokenizer;
-            if (raw->count() || chat->count() || std::filesystem::exists(opt->model + "/tokenizer.json"))
+            if (raw->count() || chat->count() || path_exists(join_path(opt->model, "tokenizer.json")))
               tokenizer = Tokenizer::load(opt->model);
             std::vector<int32_t> prompt;
             if (ids->count()) {
@@ -55,7 +57,11 @@ Verb add_generate(CLI::App& app) {
               std::string rendered = render_chat(*tokenizer, messages, nullptr, true, std::nullopt);
               prompt = tokenizer->encode(rendered, /*add_special_tokens=*/false);  // the template wrote <bos>
             }
+            LMX_REQUIRE(InvalidArgument, !prompt.empty(), "the prompt is empty");
             auto model = load_language_model(opt->model, opt->flags);
+            require_within_context(*model, static_cast<int64_t>(prompt.size()) + opt->max_tokens,
+                                   fmt::format("the prompt ({} tokens) and --max-tokens {}", prompt.size(),
+                                               opt->max_tokens));
             GenerationConfig generation = load_generation_config(opt->model);
             GreedyOptions options;
             options.max_new_tokens = opt->max_tokens;

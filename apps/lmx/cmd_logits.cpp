@@ -2,32 +2,29 @@
 #include "commands.h"
 
 #include "lmx/core/error.h"
+#include "lmx/io/output_file.h"
 #include "lmx/model/language_model.h"
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 
 namespace lmx::cli {
 namespace {
 
-// Writes a C-order float32 [rows, cols] array in NumPy's .npy format (version 1.0).
-void write_npy(const std::string& path, const float* data, int64_t rows, int64_t cols) {
+// Writes a C-order float32 [rows, cols] array in NumPy's .npy format (version 1.0) and commits it.
+void write_npy(AtomicFileWriter& out, const float* data, int64_t rows, int64_t cols) {
   std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, cols);
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  LMX_REQUIRE(IoError, static_cast<bool>(out), "cannot create {}", path);
-  const char magic[] = "\x93NUMPY\x01\x00";
-  out.write(magic, 8);
-  uint16_t len = static_cast<uint16_t>(header.size());
-  out.put(static_cast<char>(len & 0xff));
-  out.put(static_cast<char>(len >> 8));
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(rows * cols * 4));
-  LMX_REQUIRE(IoError, static_cast<bool>(out), "error writing {}", path);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  std::string preamble("\x93NUMPY\x01\x00", 8);
+  preamble.push_back(static_cast<char>(len & 0xff));
+  preamble.push_back(static_cast<char>(len >> 8));
+  out.write(preamble + header);
+  out.write(data, static_cast<size_t>(rows * cols) * sizeof(float));
+  out.commit();
 }
 
 }  // namespace
@@ -40,9 +37,9 @@ Verb add_logits(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "Write float32 logits [T, V] for every prompt position (.npy)");
-  cmd->add_option("--model", opt->model, "Model directory")->required();
+  cmd->add_option("--model", opt->model, "Model directory")->required()->check(non_empty());
   cmd->add_option("--prompt-ids", opt->prompt_ids, "Comma-separated prompt token ids")->required();
-  cmd->add_option("--out", opt->out, "Output .npy path")->required();
+  cmd->add_option("--out", opt->out, "Output .npy path")->required()->check(non_empty());
   cmd->add_option("--prefill-chunk", opt->prefill_chunk, "Feed the prompt in chunks of N tokens (0 = one step)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
@@ -51,7 +48,10 @@ Verb add_logits(CLI::App& app) {
             apply_threads(opt->threads);
             std::vector<int32_t> prompt = parse_ids(opt->prompt_ids);
             LMX_REQUIRE(InvalidArgument, !prompt.empty(), "--prompt-ids is empty");
+            AtomicFileWriter out(opt->out);  // before any work: an unwritable --out fails first
             auto model = load_language_model(opt->model, opt->flags);
+            require_within_context(*model, static_cast<int64_t>(prompt.size()),
+                                   fmt::format("the prompt ({} tokens)", prompt.size()));
             auto seq = model->new_sequence();
             const int64_t vocab = model->description().vocab_size, total = static_cast<int64_t>(prompt.size());
             std::vector<float> all(static_cast<size_t>(total * vocab));
@@ -62,7 +62,7 @@ Verb add_logits(CLI::App& app) {
               Tensor logits = model->forward({&row, 1}, /*all_positions=*/true);
               std::memcpy(all.data() + begin * vocab, logits.data<float>(), n * vocab * 4);
             }
-            write_npy(opt->out, all.data(), total, vocab);
+            write_npy(out, all.data(), total, vocab);
             std::printf("wrote %s: float32 [%lld, %lld]; KV: %s (%s)\n", opt->out.c_str(),
                         static_cast<long long>(total), static_cast<long long>(vocab),
                         format_bytes(model->kv_bytes(*seq)).c_str(),

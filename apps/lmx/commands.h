@@ -4,12 +4,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <optional>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace lmx {
@@ -63,7 +63,7 @@ std::string render_chat(const Tokenizer& tokenizer, const nlohmann::ordered_json
 // The bundled demo model directory (models/demo beside the working directory, the binary or the
 // source tree); InvalidArgument when none exists.
 std::string default_model_dir();
-// `model` when given, else default_model_dir().
+// `model` when given, else default_model_dir(). (--model "" is refused by non_empty().)
 std::string model_or_default(const std::string& model);
 // Applies --threads (0 = all cores).
 void apply_threads(int threads);
@@ -71,5 +71,22 @@ void apply_threads(int threads);
 // loads: the CPU table and, in a CUDA build, the file's cuda section (InvalidArgument naming the file and
 // key).
 void load_tuning(const std::string& path);
+
+// The model's context length in tokens (ModelDescription::context_length: config.json's
+// max_position_embeddings; Gemma 4 takes transformers' 131072 when the key is absent); 0 when a
+// family does not know it. The one place the CLI reads it.
+int64_t context_length(const LanguageModel& model);
+// Throws InvalidArgument naming `what` ("the prompt (12 tokens) and --max-tokens 30") and the
+// model's context length when `tokens` positions do not fit in it (no check when it is unknown).
+// Call before any work.
+void require_within_context(const LanguageModel& model, int64_t tokens, std::string_view what);
+
+// A CLI11 check that refuses an empty value (--model "", --out ""), for every path flag.
+const CLI::Validator& non_empty();
+
+// Reads the text layer's files of a model directory as the verbs that use them would (tokenizer,
+// tokenizer config, chat template parsed) and its generation_config.json; throws their error.
+// Files that are absent are fine.
+void check_text_files(const std::string& dir);
 
 }  // namespace lmx::cli

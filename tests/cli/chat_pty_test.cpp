@@ -18,7 +18,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <regex>
@@ -339,7 +338,7 @@ TEST(ChatPipe, BadFlagsAndModelGiveClearErrors) {
   // A model directory whose tokenizer has no chat template.
   test::TempDir dir;
   for (const char* file : {"config.json", "tokenizer.json", "generation_config.json"})
-    std::filesystem::copy_file(test::source_path("models/demo/") + file, dir.file(file));
+    test::copy_path(test::source_path("models/demo/") + file, dir.file(file));
   PipeResult r = run_piped(" --model " + dir.path(), "hi\n");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("has no chat template"), std::string::npos) << r.output;

@@ -8,8 +8,12 @@
 
 namespace lmx::test {
 
-RunResult run_lmx(const std::string& args) {
-  std::string command = std::string(LMX_BINARY_DIR) + "/lmx " + args + " 2>&1";
+std::string lmx_binary() { return std::string(LMX_BINARY_DIR) + "/lmx"; }
+
+RunResult run_lmx(const std::string& args) { return run_shell(lmx_binary() + " " + args); }
+
+RunResult run_shell(const std::string& command_line) {
+  const std::string command = "{ " + command_line + "; } 2>&1";
   RunResult r;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;

@@ -1,13 +1,12 @@
 // `lmx tokenize`, `detokenize`, `template` and `generate --prompt/--chat` on real tokenizer files:
 // the HF-generated tokenizer goldens and the Python-Jinja2 template goldens.
 #include "cli/run_lmx.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -31,16 +30,16 @@ std::string ids_csv(const nlohmann::json& ids) {
 class TextCli : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(fixture(GetParam()) + "/tokenizer.json"))
+    if (!test::exists(fixture(GetParam()) + "/tokenizer.json"))
       GTEST_SKIP() << "tokenizer fixtures missing: run scripts/setup.sh";
   }
 };
 
 TEST_P(TextCli, TokenizeAndDetokenizeMatchHfGoldens) {
-  auto golden = nlohmann::json::parse(read_text_file(test::source_path("tests/data/tokenizer/" + GetParam() +
+  auto golden = nlohmann::json::parse(test::read_file(test::source_path("tests/data/tokenizer/" + GetParam() +
                                                                        ".golden.json")));
   std::map<std::string, std::string> corpus;  // name → text, for the plain-text entries
-  std::istringstream lines(read_text_file(test::source_path("tests/data/tokenizer/corpus.jsonl")));
+  std::istringstream lines(test::read_file(test::source_path("tests/data/tokenizer/corpus.jsonl")));
   for (std::string line; std::getline(lines, line);)
     if (!line.empty()) {
       auto entry = nlohmann::json::parse(line);
@@ -69,8 +68,8 @@ TEST_P(TextCli, TokenizeAndDetokenizeMatchHfGoldens) {
 
 TEST_P(TextCli, TemplateMatchesJinja2Goldens) {
   // Key order matters to tojson: read the cases as ordered JSON.
-  auto cases = nlohmann::ordered_json::parse(read_text_file(test::source_path("tests/data/templates/cases.json")));
-  auto goldens = nlohmann::json::parse(read_text_file(test::source_path("tests/data/templates/goldens.json")));
+  auto cases = nlohmann::ordered_json::parse(test::read_file(test::source_path("tests/data/templates/cases.json")));
+  auto goldens = nlohmann::json::parse(test::read_file(test::source_path("tests/data/templates/goldens.json")));
   const std::set<std::string> picked = {"single_user", "single_user_no_generation_prompt", "system_multi_turn",
                                         "list_of_parts", "system_as_parts", "tools_with_schemas",
                                         "tool_call_and_response", "thinking_enabled", "non_alternating_roles"};
@@ -127,7 +126,7 @@ TEST(TextCli, BadInputGivesClearErrors) {
       {"tokenize --model " + demo, "--text"},
       {"tokenize --model /nonexistent --text hi", "/nonexistent"},
       {"detokenize --model " + demo + " --ids 1,999999", "999999"},
-      {"template --model " + demo + " --messages " + dir.file("bad.json"), "not valid JSON"},
+      {"template --model " + demo + " --messages " + dir.file("bad.json"), "invalid JSON: parse error at line 1"},
       {"template --model " + demo + " --messages " + dir.file("object.json"), "JSON array"},
       {"generate --model " + demo + " --prompt hi --chat hi", "excludes"},
       {"generate --model " + test::source_path("tests/data/models/tiny-e2b") + " --prompt hi", "tokenizer.json"},

@@ -1,6 +1,6 @@
 // Invariant 1: lmx's f32 path against transformers' f32 logits and greedy continuations on the tiny
 // reference models (tests/data/models/*, written by tools/make_reference_models.py).
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 #include "lmx/engine/greedy.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/io/safetensors.h"
@@ -11,12 +11,10 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 
 namespace lmx {
 namespace {
 
-namespace fs = std::filesystem;
 
 constexpr float kLogitTolerance = 1e-3f;
 
@@ -29,7 +27,7 @@ class Parity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Parity, LogitsAtEveryPosition) {
   const std::string dir = model_dir(GetParam());
-  ASSERT_TRUE(fs::exists(dir + "/goldens.safetensors")) << dir << " has no goldens";
+  ASSERT_TRUE(test::exists(dir + "/goldens.safetensors")) << dir << " has no goldens";
   auto model = test::load_model(dir);
   auto goldens = load_goldens(dir);
   ASSERT_GE(goldens.size(), 3u);

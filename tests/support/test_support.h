@@ -14,6 +14,24 @@ namespace lmx::test {
 // Absolute path of a file under the source tree (e.g. "tests/data/models/tiny-e2b").
 std::string source_path(const std::string& relative);
 
+// The bytes of a test data file; throws std::runtime_error naming it when it cannot be read.
+std::string read_file(const std::string& path);
+// Creates or replaces a file with `bytes`; throws std::runtime_error naming it on failure.
+void write_file(const std::string& path, const std::string& bytes);
+
+// Filesystem steps of test setup and checks, through std::filesystem's error-code forms: a
+// failure throws std::runtime_error naming the path and the reason, so the test fails with it.
+// Whether something exists at `path` (false too when it cannot be examined).
+bool exists(const std::string& path);
+// Copies a file, or a directory recursively, over whatever is at `to`.
+void copy_path(const std::string& from, const std::string& to);
+uint64_t file_size(const std::string& path);
+void resize_file(const std::string& path, uint64_t size);
+// Removes a file or a directory tree.
+void remove_path(const std::string& path);
+// Entries of a directory.
+size_t count_entries(const std::string& dir);
+
 // A fresh empty directory under the system temp dir, removed when the object dies.
 class TempDir {
  public:
@@ -23,6 +41,8 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Mode 0755, so that an unprivileged user (run_unprivileged) can reach what is inside.
+  void allow_other_users() const;
 
  private:
   std::string path_;

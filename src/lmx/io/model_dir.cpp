@@ -2,34 +2,18 @@
 #include "lmx/io/model_dir.h"
 
 #include "lmx/core/error.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/directory.h"
+#include "lmx/io/input_file.h"
 
 #include <cmath>
-#include <filesystem>
 #include <limits>
 
 namespace lmx {
 
 namespace {
 
-// "[json.exception.parse_error.101] parse error at line 1, ..." -> "parse error at line 1, ...".
-std::string without_json_prefix(const std::string& what) {
-  if (!what.empty() && what[0] == '[') {
-    size_t close = what.find("] ");
-    if (close != std::string::npos) return what.substr(close + 2);
-  }
-  return what;
-}
-
 const char* kind_name(const nlohmann::json& value) {
   return value.type_name();
-}
-
-// A short rendering of a value for error messages (long values are cut).
-std::string preview(const nlohmann::json& value) {
-  std::string s = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  constexpr size_t kMaxChars = 60;
-  return s.size() <= kMaxChars ? s : s.substr(0, kMaxChars) + "...";
 }
 
 // The value at `key`, or nullptr when `obj` lacks it. Throws when `obj` is not an object.
@@ -68,28 +52,28 @@ int64_t int_value(const nlohmann::json& value, std::string_view key, std::string
   std::optional<int64_t> v = as_int64(value);
   if (!v)
     throw ConfigError(fmt::format("{}: key '{}' must be an integer, got {} {}", context, key,
-                                  kind_name(value), preview(value)));
+                                  kind_name(value), json_preview(value)));
   return *v;
 }
 
 double number_value(const nlohmann::json& value, std::string_view key, std::string_view context) {
   if (!value.is_number())
     throw ConfigError(fmt::format("{}: key '{}' must be a number, got {} {}", context, key, kind_name(value),
-                                  preview(value)));
+                                  json_preview(value)));
   return value.get<double>();
 }
 
 bool bool_value(const nlohmann::json& value, std::string_view key, std::string_view context) {
   if (!value.is_boolean())
     throw ConfigError(fmt::format("{}: key '{}' must be true or false, got {} {}", context, key,
-                                  kind_name(value), preview(value)));
+                                  kind_name(value), json_preview(value)));
   return value.get<bool>();
 }
 
 std::string string_value(const nlohmann::json& value, std::string_view key, std::string_view context) {
   if (!value.is_string())
     throw ConfigError(fmt::format("{}: key '{}' must be a string, got {} {}", context, key, kind_name(value),
-                                  preview(value)));
+                                  json_preview(value)));
   return value.get<std::string>();
 }
 
@@ -118,33 +102,26 @@ std::optional<float> opt_float(const nlohmann::json& obj, std::string_view key, 
 
 }  // namespace
 
-nlohmann::json load_json_file(const std::string& path) {
-  std::string text = read_text_file(path);
-  // nlohmann stops at a NUL byte as if the input ended there; JSON text never contains one.
-  size_t nul = text.find('\0');
-  LMX_REQUIRE(FormatError, nul == std::string::npos, "{}: invalid JSON: NUL byte at offset {}", path, nul);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("{}: invalid JSON: {}", path, without_json_prefix(e.what())));
-  }
+ModelConfigFiles load_model_config(const std::string& dir) {
+  const std::string path = join_path(dir, "config.json");
+  require_directory(dir, "model directory");
+  std::optional<std::string> text = read_input_file_if_exists(path, InputKind::kConfig);
+  LMX_REQUIRE(IoError, text.has_value(), "{}: model config not found (no config.json in {})", path, dir);
+  return parse_model_config(*text, dir, path);
 }
 
-ModelConfigFiles load_model_config(const std::string& dir) {
+ModelConfigFiles parse_model_config(std::string_view text, const std::string& dir, const std::string& path) {
   ModelConfigFiles files;
   files.dir = dir;
-  files.path = (std::filesystem::path(dir) / "config.json").string();
-  std::error_code ec;
-  LMX_REQUIRE(IoError, std::filesystem::is_regular_file(files.path, ec), "{}: model config not found",
-                   files.path);
-  files.root = load_json_file(files.path);
+  files.path = path;
+  files.root = parse_json(text, files.path);
   LMX_REQUIRE(ConfigError, files.root.is_object(), "{}: expected a JSON object, got {}", files.path,
                        kind_name(files.root));
-  auto text = files.root.find("text_config");
-  if (text != files.root.end() && !text->is_null()) {
-    LMX_REQUIRE(ConfigError, text->is_object(), "{}: 'text_config' must be an object, got {}", files.path,
-                         kind_name(*text));
-    files.text = *text;
+  auto text_config = files.root.find("text_config");
+  if (text_config != files.root.end() && !text_config->is_null()) {
+    LMX_REQUIRE(ConfigError, text_config->is_object(), "{}: 'text_config' must be an object, got {}", files.path,
+                         kind_name(*text_config));
+    files.text = *text_config;
   } else {
     files.text = files.root;
   }
@@ -153,10 +130,10 @@ ModelConfigFiles load_model_config(const std::string& dir) {
 
 GenerationConfig load_generation_config(const std::string& dir) {
   GenerationConfig config;
-  std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return config;
-  nlohmann::json root = load_json_file(path);
+  const std::string path = join_path(dir, "generation_config.json");
+  std::optional<std::string> text = read_input_file_if_exists(path, InputKind::kConfig);
+  if (!text) return config;
+  nlohmann::json root = parse_json(*text, path);
   LMX_REQUIRE(ConfigError, root.is_object(), "{}: expected a JSON object, got {}", path, kind_name(root));
   auto eos = root.find("eos_token_id");
   if (eos != root.end() && !eos->is_null()) {
@@ -232,7 +209,7 @@ std::vector<int64_t> json_int_list(const nlohmann::json& obj, std::string_view k
     std::optional<int64_t> v = as_int64(element);
     if (!v)
       throw ConfigError(fmt::format("{}: key '{}' must be a list of integers, but holds {} {}", context, key,
-                                    kind_name(element), preview(element)));
+                                    kind_name(element), json_preview(element)));
     out.push_back(*v);
   }
   return out;
@@ -248,7 +225,7 @@ std::vector<std::string> json_string_list(const nlohmann::json& obj, std::string
   for (const auto& element : value) {
     if (!element.is_string())
       throw ConfigError(fmt::format("{}: key '{}' must be a list of strings, but holds {} {}", context, key,
-                                    kind_name(element), preview(element)));
+                                    kind_name(element), json_preview(element)));
     out.push_back(element.get<std::string>());
   }
   return out;

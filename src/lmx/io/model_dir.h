@@ -1,6 +1,8 @@
 // Model directory files (config.json, generation_config.json) and typed accessors for JSON configs.
 #pragma once
 
+#include "lmx/io/json_input.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -10,10 +12,6 @@
 #include <vector>
 
 namespace lmx {
-
-// Parses a JSON file. Throws IoError naming `path` when it cannot be read, FormatError naming
-// `path` and the line/column of the first syntax error when it is not valid JSON.
-nlohmann::json load_json_file(const std::string& path);
 
 // A model's config.json. `root` is the whole file (quantization / quantization_config blocks stay
 // there); `text` is root["text_config"] when present (multimodal exports such as
@@ -25,9 +23,12 @@ struct ModelConfigFiles {
   std::string path;
 };
 
-// Reads dir/config.json. Throws IoError naming the file when it is missing or unreadable,
-// FormatError when it is not JSON, ConfigError when it (or text_config) is not an object.
+// Reads dir/config.json (a config file: json_input.h's bounds). Throws IoError naming the directory
+// or file and the OS reason when it is missing or unreadable, FormatError when it is not JSON,
+// ConfigError when it (or text_config) is not an object.
 ModelConfigFiles load_model_config(const std::string& dir);
+// The same from config.json's text (read from `path` in `dir`).
+ModelConfigFiles parse_model_config(std::string_view text, const std::string& dir, const std::string& path);
 
 // Sampling defaults and special tokens from generation_config.json. Every field is empty when the
 // file or the key is absent (or null).
@@ -44,7 +45,8 @@ struct GenerationConfig {
   std::optional<int32_t> max_new_tokens;
 };
 
-// Reads dir/generation_config.json when it exists. Throws FormatError for invalid JSON and
+// Reads dir/generation_config.json when it exists. Throws IoError when it exists but cannot be
+// read (naming the file and the reason), FormatError for invalid JSON and
 // ConfigError naming the file and key for a value of the wrong type or a token id that is
 // negative or does not fit int32.
 GenerationConfig load_generation_config(const std::string& dir);

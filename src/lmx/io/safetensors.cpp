@@ -1,17 +1,13 @@
 // Safetensors reading (validated header, zero-copy views), sharded checkpoints, and atomic writing.
 #include "lmx/io/safetensors.h"
 
-#include "lmx/io/model_dir.h"
-
-#include <fcntl.h>
-#include <unistd.h>
+#include "lmx/io/directory.h"
+#include "lmx/io/json_input.h"
+#include "lmx/io/output_file.h"
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -32,11 +28,6 @@ std::optional<uint64_t> as_index(const json& value) {
   uint64_t v = value.get<uint64_t>();
   if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
   return v;
-}
-
-std::string preview(const json& value) {
-  std::string s = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() <= 60 ? s : s.substr(0, 60) + "...";
 }
 
 // Parses and checks one tensor entry of the header against a data section of `data_bytes`.
@@ -73,10 +64,10 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
     std::optional<uint64_t> d = as_index(dim);
     if (!d)
       throw FormatError(fmt::format("{}: tensor '{}': shape entry {} is not a non-negative integer", path,
-                                    name, preview(dim)));
+                                    name, json_preview(dim)));
     info.shape.push_back(static_cast<int64_t>(*d));
     if (__builtin_mul_overflow(numel, static_cast<int64_t>(*d), &numel))
-      throw FormatError(fmt::format("{}: tensor '{}': shape {} overflows", path, name, preview(*shape_it)));
+      throw FormatError(fmt::format("{}: tensor '{}': shape {} overflows", path, name, json_preview(*shape_it)));
   }
   uint64_t need = 0;
   if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(info.dtype), &need))
@@ -87,7 +78,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
   std::optional<uint64_t> end = as_index((*offsets_it)[1]);
   if (!begin || !end)
     throw FormatError(fmt::format("{}: tensor '{}': data_offsets {} must be non-negative integers", path,
-                                  name, preview(*offsets_it)));
+                                  name, json_preview(*offsets_it)));
   LMX_REQUIRE(FormatError, *begin <= *end, "{}: tensor '{}': data_offsets [{}, {}] begin after end", path, name,
                        *begin, *end);
   LMX_REQUIRE(FormatError, 
@@ -136,21 +127,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   st->data_start_ = 8 + header_bytes;
   const uint64_t data_bytes = file_size - st->data_start_;
 
-  const char* header_begin = reinterpret_cast<const char*>(bytes + 8);
-  // nlohmann treats NUL as end of input; valid JSON never contains one, so reject it up front
-  // rather than ignore whatever follows it.
-  const void* nul = std::memchr(header_begin, 0, header_bytes);
-  LMX_REQUIRE(FormatError, nul == nullptr, "{}: header is not valid JSON: NUL byte at header offset {}", path,
-                       nul ? static_cast<const char*>(nul) - header_begin : 0);
-  json header;
-  try {
-    header = json::parse(header_begin, header_begin + header_bytes);
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    size_t close = what.find("] ");
-    throw FormatError(fmt::format("{}: header is not valid JSON: {}", path,
-                                  close == std::string::npos ? what : what.substr(close + 2)));
-  }
+  const std::string_view header_text(reinterpret_cast<const char*>(bytes + 8), header_bytes);
+  const json header = parse_json(header_text, path + ": header");
   LMX_REQUIRE(FormatError, header.is_object(), "{}: header must be a JSON object, got {}", path,
                        header.type_name());
 
@@ -208,27 +186,31 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
 
 namespace {
 
-namespace fs = std::filesystem;
-
-// A shard name from an index must stay inside the model directory.
+// A shard name from an index must stay inside the model directory: relative, no ".." component.
 bool is_safe_relative(const std::string& name) {
-  fs::path p(name);
-  if (name.empty() || p.is_absolute()) return false;
-  for (const auto& part : p)
-    if (part == "..") return false;
+  if (name.empty() || name.front() == '/') return false;
+  size_t begin = 0;
+  while (begin <= name.size()) {
+    size_t end = name.find('/', begin);
+    if (end == std::string::npos) end = name.size();
+    if (name.compare(begin, end - begin, "..") == 0) return false;
+    begin = end + 1;
+  }
   return true;
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
 
 Checkpoint Checkpoint::open_dir(const std::string& dir) {
-  std::error_code ec;
-  LMX_REQUIRE(IoError, fs::is_directory(dir, ec), "{}: model directory does not exist or is not a directory",
-                   dir);
+  require_directory(dir, "model directory");
   Checkpoint ck;
   ck.dir_ = dir;
-  const fs::path single = fs::path(dir) / "model.safetensors";
-  const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
+  const std::string single = join_path(dir, "model.safetensors");
+  const std::string index_name = join_path(dir, "model.safetensors.index.json");
 
   // Adds every tensor of `file`; a name already held by an earlier file is an error.
   auto add_whole_file = [&ck](std::shared_ptr<SafetensorsFile> file) {
@@ -243,10 +225,9 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
     ck.files_.push_back(std::move(file));
   };
 
-  if (fs::exists(single, ec)) {
-    add_whole_file(SafetensorsFile::open(single.string()));
-  } else if (fs::exists(index_path, ec)) {
-    const std::string index_name = index_path.string();
+  if (path_exists(single)) {
+    add_whole_file(SafetensorsFile::open(single));
+  } else if (path_exists(index_name)) {
     json index = load_json_file(index_name);
     LMX_REQUIRE(FormatError, index.is_object(), "{}: index must be a JSON object", index_name);
     auto weight_map = index.find("weight_map");
@@ -261,12 +242,12 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
                            index_name, name, shard, dir);
       auto found = shard_index.find(shard);
       if (found == shard_index.end()) {
-        const fs::path shard_path = fs::path(dir) / shard;
-        LMX_REQUIRE(FormatError, fs::is_regular_file(shard_path, ec),
+        const std::string shard_path = join_path(dir, shard);
+        LMX_REQUIRE(FormatError, path_exists(shard_path),
                              "{}: shard '{}' (holding tensor '{}') does not exist in {}", index_name, shard,
                              name, dir);
         found = shard_index.emplace(shard, ck.files_.size()).first;
-        ck.files_.push_back(SafetensorsFile::open(shard_path.string()));
+        ck.files_.push_back(SafetensorsFile::open(shard_path));
       }
       const SafetensorsFile& file = *ck.files_[found->second];
       LMX_REQUIRE(FormatError, file.contains(name),
@@ -276,16 +257,12 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
       ck.total_bytes_ += file.info(name).nbytes();
     }
   } else {
+    // Every *.safetensors entry counts; one that is not a regular file is refused by open().
     std::vector<std::string> paths;
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      std::error_code entry_ec;
-      if (entry.path().extension() == ".safetensors" && entry.is_regular_file(entry_ec))
-        paths.push_back(entry.path().string());
-    }
-    LMX_REQUIRE(IoError, !ec, "{}: cannot list directory: {}", dir, ec.message());
+    for (const std::string& name : list_directory(dir))
+      if (ends_with(name, ".safetensors")) paths.push_back(join_path(dir, name));
     LMX_REQUIRE(IoError, !paths.empty(),
                      "{}: no model.safetensors, model.safetensors.index.json or *.safetensors files", dir);
-    std::sort(paths.begin(), paths.end());
     for (const auto& p : paths) add_whole_file(SafetensorsFile::open(p));
   }
   return ck;
@@ -316,64 +293,6 @@ const std::string& Checkpoint::file_of(const std::string& name) const {
 
 // ---- Writing ----
 
-namespace {
-
-// An open file descriptor for a temporary file that is removed unless commit() renames it.
-class TempFile {
- public:
-  TempFile(std::string target) : target_(std::move(target)) {
-    static std::atomic<uint64_t> counter{0};
-    temp_ = fmt::format("{}.tmp.{}.{}", target_, ::getpid(), counter++);
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("cannot create temporary file");
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temp_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  void write(const void* data, size_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      ssize_t n = ::write(fd_, p, std::min<size_t>(bytes, size_t{1} << 30));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("cannot write");
-      p += n;
-      bytes -= static_cast<size_t>(n);
-    }
-  }
-
-  // Flushes to disk and atomically replaces the target.
-  void commit() {
-    if (::fsync(fd_) != 0) fail("cannot fsync");
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail("cannot close");
-    if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename temporary file into place");
-    committed_ = true;
-    // Persist the rename itself; best effort (some filesystems refuse fsync on directories).
-    std::string parent = fs::path(target_).parent_path().string();
-    int dir_fd = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd >= 0) {
-      ::fsync(dir_fd);
-      ::close(dir_fd);
-    }
-  }
-
- private:
-  [[noreturn]] void fail(const char* what) {
-    throw IoError(fmt::format("{}: {}: {}", target_, what, std::strerror(errno)));
-  }
-  std::string target_;
-  std::string temp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   // The header is assembled entry by entry so that tensor order is kept in linear time.
@@ -384,7 +303,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
       header_text += json(key).dump() + ':' + value.dump();
     } catch (const json::exception& e) {
       throw InvalidArgument(
-          fmt::format("{}: tensor names and metadata must be valid UTF-8: {}", path, e.what()));
+          fmt::format("{}: tensor names and metadata must be valid UTF-8: {}", path, json_error_text(e)));
     }
   };
   if (!metadata.empty()) append_entry("__metadata__", json(metadata));
@@ -409,7 +328,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   std::array<unsigned char, 8> length_prefix;
   for (int i = 0; i < 8; ++i) length_prefix[i] = static_cast<unsigned char>(header_text.size() >> (8 * i));
 
-  TempFile out(path);
+  AtomicFileWriter out(path);
   out.write(length_prefix.data(), length_prefix.size());
   out.write(header_text.data(), header_text.size());
   for (const Tensor& t : payloads) out.write(t.raw_data(), t.nbytes());

@@ -1,8 +1,8 @@
 // Safetensors files: validated zero-copy reading over mmap, checkpoints of one or many shards, writing.
 #pragma once
 
-#include "lmx/core/mapped_file.h"
 #include "lmx/core/tensor.h"
+#include "lmx/io/mapped_file.h"
 
 #include <cstdint>
 #include <map>

@@ -2,7 +2,7 @@
 #include "lmx/io/sharded_writer.h"
 
 #include "lmx/core/error.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 #include "lmx/io/safetensors.h"
 
 #include <nlohmann/json.hpp>

@@ -2,10 +2,15 @@
 #include "lmx/model/convert.h"
 
 #include "lmx/core/error.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/directory.h"
+#include "lmx/io/input_file.h"
+#include "lmx/io/output_file.h"
+#include "lmx/io/sharded_writer.h"
+#include "lmx/io/staged_directory.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/io/safetensors.h"
-#include "lmx/io/sharded_writer.h"
+#include "lmx/model/quantization_config.h"
+#include "lmx/model/registry.h"
 #include "lmx/quant/affine.h"
 
 #include <fnmatch.h>
@@ -13,7 +18,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <filesystem>
 
 namespace lmx {
 namespace {
@@ -143,15 +147,27 @@ nlohmann::json QuantizingWriter::quantization_block() const {
   return block;
 }
 
-void convert_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& options) {
-  namespace fs = std::filesystem;
-  ModelConfigFiles config = load_model_config(in_dir);
-  if (config.root.contains("quantization") || config.root.contains("quantization_config"))
+void convert_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& options,
+                        bool replace_existing) {
+  // The source is loaded as lmx would load it (its family's config resolved, every weight bound and
+  // checked) before anything is written.
+  (void)open_model_family(in_dir);
+  const ModelConfigFiles config = load_model_config(in_dir);
+  if (QuantizationConfig::from_json(config.root, config.path).present())
     throw InvalidArgument(fmt::format("{}: the checkpoint is already quantized", config.path));
-  Checkpoint checkpoint = Checkpoint::open_dir(in_dir);
-  if (fs::exists(out_dir) && fs::equivalent(in_dir, out_dir))
-    throw InvalidArgument("convert: --out must differ from --model");
-  ShardedWriter shards(out_dir);
+  const Checkpoint checkpoint = Checkpoint::open_dir(in_dir);
+  LMX_REQUIRE(InvalidArgument, !same_or_inside(out_dir, in_dir),
+              "convert: --out {} would replace the model directory {} being converted", out_dir, in_dir);
+  // Files copied beside the weights, each read as the loaders read it (regular files, size caps).
+  std::vector<std::pair<std::string, std::string>> copies;
+  for (auto [file, kind] : {std::pair{"generation_config.json", InputKind::kConfig},
+                            {"tokenizer.json", InputKind::kTokenizer}, {"tokenizer_config.json", InputKind::kConfig},
+                            {"special_tokens_map.json", InputKind::kConfig}, {"chat_template.jinja", InputKind::kTemplate},
+                            {"chat_template.json", InputKind::kConfig}, {"tokenizer.model", InputKind::kTokenizer}})
+    if (auto bytes = read_input_file_if_exists(join_path(in_dir, file), kind)) copies.emplace_back(file, std::move(*bytes));
+
+  StagedDirectory staged(out_dir, replace_existing);
+  ShardedWriter shards(staged.path());
   QuantizingWriter writer(shards, options);
   for (const auto& name : checkpoint.names()) writer.add(name, checkpoint.tensor(name));
   shards.finish();
@@ -159,14 +175,9 @@ void convert_checkpoint(const std::string& in_dir, const std::string& out_dir, c
   nlohmann::json root = config.root;
   root["quantization"] = writer.quantization_block();
   root["quantization_config"] = root["quantization"];
-  write_text_file(out_dir + "/config.json", root.dump(2) + "\n");
-  for (const char* file : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "chat_template.jinja", "tokenizer.model"}) {
-    std::error_code ec;
-    if (fs::exists(in_dir + "/" + file))
-      fs::copy_file(in_dir + "/" + file, out_dir + "/" + file, fs::copy_options::overwrite_existing, ec);
-    if (ec) throw IoError(fmt::format("cannot copy {}/{}: {}", in_dir, file, ec.message()));
-  }
+  write_text_file(join_path(staged.path(), "config.json"), root.dump(2) + "\n");
+  for (const auto& [file, bytes] : copies) write_text_file(join_path(staged.path(), file), bytes);
+  staged.commit();
 }
 
 }  // namespace lmx

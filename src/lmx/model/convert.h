@@ -45,6 +45,11 @@ class QuantizingWriter {
 // Reads the checkpoint in `in_dir` (bf16/f32, HF or MLX naming, not already quantized) and writes an
 // MLX-format quantized checkpoint to `out_dir`: weights, config.json with the quantization block
 // (also as quantization_config), and the tokenizer, template and generation files copied.
-void convert_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& options);
+// The source is first loaded and checked as the model loaders would (open_model_family); nothing
+// is written when that fails. The output is written atomically (StagedDirectory): `out_dir` must
+// be absent or empty unless `replace_existing`, which replaces it whole, and it may not be or
+// contain `in_dir`.
+void convert_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& options,
+                        bool replace_existing = false);
 
 }  // namespace lmx

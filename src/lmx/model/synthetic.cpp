@@ -3,16 +3,17 @@
 
 #include "lmx/core/error.h"
 #include "lmx/core/half.h"
-#include "lmx/core/mapped_file.h"
 #include "lmx/core/thread_pool.h"
+#include "lmx/io/directory.h"
+#include "lmx/io/output_file.h"
 #include "lmx/io/sharded_writer.h"
+#include "lmx/io/staged_directory.h"
 #include "lmx/model/convert.h"
 #include "lmx/model/gemma4/gemma4_config.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <filesystem>
 #include <optional>
 
 namespace lmx {
@@ -162,12 +163,12 @@ nlohmann::json gemma4_preset_config(const std::string& name) {
     c.update({{"hidden_size", 2816}, {"num_hidden_layers", 30}, {"num_attention_heads", 16}, {"num_key_value_heads", 8},
               {"num_global_key_value_heads", 2}, {"attention_k_eq_v", true}, {"intermediate_size", 2112},
               {"sliding_window", 1024}, {"enable_moe_block", true}, {"num_experts", 128}, {"top_k_experts", 8},
-              {"moe_intermediate_size", 704}});
+              {"moe_intermediate_size", 704}, {"max_position_embeddings", 262144}});
     c["layer_types"] = layer_types(30, 6);
   } else if (name == "gemma4-31b") {
     c.update({{"hidden_size", 5376}, {"num_hidden_layers", 60}, {"num_attention_heads", 32}, {"num_key_value_heads", 16},
               {"num_global_key_value_heads", 4}, {"attention_k_eq_v", true}, {"intermediate_size", 21504},
-              {"sliding_window", 1024}});
+              {"sliding_window", 1024}, {"max_position_embeddings", 262144}});
     c["layer_types"] = layer_types(60, 6);
   } else {
     std::string known;
@@ -193,13 +194,13 @@ nlohmann::json gemma4_preset_config(const std::string& name, int layers) {
 }
 
 void write_synthetic_gemma4(const nlohmann::json& config_json, const std::string& out_dir, uint64_t seed,
-                            const QuantizeOptions* quantize, size_t shard_bytes) {
+                            const QuantizeOptions* quantize, size_t shard_bytes, bool replace_existing) {
   Gemma4Config config = Gemma4Config::from_json(config_json, config_json, "synthetic config");
-  std::filesystem::create_directories(out_dir);
+  StagedDirectory staged(out_dir, replace_existing);
   nlohmann::json generation = {{"bos_token_id", 2}, {"eos_token_id", {1, 106}}, {"pad_token_id", 0}};
-  write_text_file(out_dir + "/generation_config.json", generation.dump(2) + "\n");
+  write_text_file(join_path(staged.path(), "generation_config.json"), generation.dump(2) + "\n");
 
-  ShardedWriter shards(out_dir, shard_bytes);
+  ShardedWriter shards(staged.path(), shard_bytes);
   std::optional<QuantizingWriter> quantizer;
   if (quantize) quantizer.emplace(shards, *quantize);
   const std::vector<TensorPlan> plan = plan_tensors(config);
@@ -211,12 +212,16 @@ void write_synthetic_gemma4(const nlohmann::json& config_json, const std::string
       shards.add(plan[i].name, std::move(t));
   }
   shards.finish();
+  // The weights are bf16 unless quantized here: a quantization block of the input does not apply.
   nlohmann::json written = config_json;
+  written.erase("quantization");
+  written.erase("quantization_config");
   if (quantizer) {
     written["quantization"] = quantizer->quantization_block();
     written["quantization_config"] = written["quantization"];
   }
-  write_text_file(out_dir + "/config.json", written.dump(2) + "\n");
+  write_text_file(join_path(staged.path(), "config.json"), written.dump(2) + "\n");
+  staged.commit();
 }
 
 }  // namespace lmx

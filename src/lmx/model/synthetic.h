@@ -13,8 +13,8 @@ struct QuantizeOptions;
 
 // Names accepted by gemma4_preset_config.
 std::vector<std::string> gemma4_preset_names();
-// The config.json (Gemma4ForCausalLM text export) of a named preset with the released shapes:
-// gemma4-e2b, gemma4-e4b, gemma4-26b-a4b, gemma4-31b. Throws InvalidArgument for an unknown name.
+// The config.json (Gemma4ForCausalLM text export) of a named preset with the released shapes and
+// context lengths: gemma4-e2b, gemma4-e4b (131072), gemma4-26b-a4b, gemma4-31b (262144). Throws InvalidArgument for an unknown name.
 nlohmann::json gemma4_preset_config(const std::string& name);
 
 // A preset's config cut to its first `layers` layers (1 .. its num_hidden_layers), for quick benchmark
@@ -26,8 +26,13 @@ nlohmann::json gemma4_preset_config(const std::string& name, int layers);
 // Writes config.json, generation_config.json and sharded bf16 safetensors (≤ shard_bytes each, with
 // model.safetensors.index.json) holding seeded uniform random weights scaled so activations stay
 // O(1): linear weights U(±sqrt(3 / fan_in)), norm weights and scalars near 1. Deterministic in seed.
-// With `quantize`, matrices are MLX affine-quantized as `lmx convert` would (config gets the block).
+// With `quantize`, matrices are MLX affine-quantized as `lmx convert` would (config gets the block;
+// a quantization block in `config` is dropped otherwise). The config is checked
+// (Gemma4Config::from_json) before anything is written, and the directory is written atomically
+// (StagedDirectory): `out_dir` must be absent or empty unless `replace_existing`, which replaces it
+// whole.
 void write_synthetic_gemma4(const nlohmann::json& config, const std::string& out_dir, uint64_t seed,
-                            const QuantizeOptions* quantize = nullptr, size_t shard_bytes = size_t{2} << 30);
+                            const QuantizeOptions* quantize = nullptr, size_t shard_bytes = size_t{2} << 30,
+                            bool replace_existing = false);
 
 }  // namespace lmx

@@ -4,6 +4,7 @@
 #include "lmx/text/bpe_word_cache.h"
 
 #include "lmx/core/error.h"
+#include "lmx/io/json_input.h"
 #include "lmx/text/tokenizer_json.h"
 #include "lmx/text/tokenizer_unicode.h"
 
@@ -100,7 +101,7 @@ std::unique_ptr<BpeModel> BpeModel::parse(JsonScanner& json) {
       if (raw != "null") {
         double dropout = 0;
         try {
-          dropout = nlohmann::json::parse(raw).get<double>();
+          dropout = parse_json(raw, "tokenizer.json model.dropout").get<double>();
         } catch (const std::exception&) {
           throw FormatError(fmt::format("tokenizer.json: model.dropout must be a number or null, got {}", raw));
         }

@@ -2,7 +2,9 @@
 #include "lmx/text/tokenizer.h"
 
 #include "lmx/core/error.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/directory.h"
+#include "lmx/io/input_file.h"
+#include "lmx/io/json_input.h"
 #include "lmx/text/tokenizer_impl.h"
 #include "lmx/text/tokenizer_json.h"
 #include "lmx/text/tokenizer_unicode.h"
@@ -19,11 +21,7 @@ constexpr std::string_view kDefaultName = "tokenizer.json";
 
 nlohmann::json parse_component(std::string_view raw, const std::string& name, std::string_view field) {
   if (raw.empty()) return nullptr;
-  try {
-    return nlohmann::json::parse(raw);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw FormatError(fmt::format("{}: invalid JSON in '{}': {}", name, field, e.what()));
-  }
+  return parse_json(raw, fmt::format("{} '{}'", name, field));
 }
 
 // Component errors say "tokenizer.json: ..."; name the actual file instead.
@@ -160,9 +158,8 @@ std::string TokenizerImpl::decode(std::span<const int32_t> ids, bool skip_specia
 }  // namespace text
 
 Tokenizer Tokenizer::load(const std::string& model_dir) {
-  const std::string path = model_dir + "/tokenizer.json";
-  const auto file = MappedFile::open(path);
-  const std::string_view json_text(reinterpret_cast<const char*>(file->data()), file->size());
+  const std::string path = join_path(model_dir, "tokenizer.json");
+  const std::string json_text = read_input_file(path, InputKind::kTokenizer);
   std::unique_ptr<text::TokenizerImpl> impl = text::TokenizerImpl::parse(json_text, path);
   impl->config = text::TokenizerConfig::load(model_dir);
   const auto id_of = [&](const std::optional<std::string>& token) -> std::optional<int32_t> {

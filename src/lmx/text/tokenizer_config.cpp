@@ -2,12 +2,13 @@
 #include "lmx/text/tokenizer_config.h"
 
 #include "lmx/core/error.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/directory.h"
+#include "lmx/io/input_file.h"
+#include "lmx/io/json_input.h"
 #include "lmx/text/tokenizer_json.h"
 
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <set>
 
 namespace lmx::text {
@@ -15,14 +16,15 @@ namespace lmx::text {
 namespace {
 
 // The top-level fields of a JSON object file that lmx reads (others, like the large
-// added_tokens_decoder, are skipped unparsed), or nullopt when the file does not exist.
+// added_tokens_decoder, are skipped unparsed), or nullopt when the file does not exist. A file that
+// exists but cannot be read throws IoError naming it and the reason.
 std::optional<nlohmann::json> read_json_file(const std::string& path) {
   static const std::set<std::string, std::less<>> kFields = {
       "bos_token", "eos_token", "unk_token", "pad_token", "add_bos_token", "add_eos_token",
       "clean_up_tokenization_spaces", "chat_template"};
-  if (!std::filesystem::exists(path)) return std::nullopt;
-  const std::string text = read_text_file(path);
-  JsonScanner json(text, path);
+  const std::optional<std::string> text = read_input_file_if_exists(path, InputKind::kConfig);
+  if (!text) return std::nullopt;
+  JsonScanner json(*text, path);
   LMX_REQUIRE(FormatError, json.peek() == '{', "{}: must be a JSON object", path);
   nlohmann::json fields = nlohmann::json::object();
   std::string scratch;
@@ -32,11 +34,7 @@ std::optional<nlohmann::json> read_json_file(const std::string& path) {
     const std::string name(key);
     const std::string_view raw = json.skip_value();
     if (kFields.count(name) == 0) continue;
-    try {
-      fields[name] = nlohmann::json::parse(raw);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw FormatError(fmt::format("{}: invalid JSON in field '{}': {}", path, name, e.what()));
-    }
+    fields[name] = parse_json(raw, fmt::format("{} field '{}'", path, name));
   }
   json.expect_end();
   return fields;
@@ -87,7 +85,7 @@ void read_templates(const nlohmann::json& value, const std::string& path, Tokeni
 
 TokenizerConfig TokenizerConfig::load(const std::string& model_dir) {
   TokenizerConfig config;
-  const std::string config_path = model_dir + "/tokenizer_config.json";
+  const std::string config_path = join_path(model_dir, "tokenizer_config.json");
   if (const auto j = read_json_file(config_path)) {
     config.bos_token = token_text(*j, "bos_token", config_path);
     config.eos_token = token_text(*j, "eos_token", config_path);
@@ -98,20 +96,20 @@ TokenizerConfig TokenizerConfig::load(const std::string& model_dir) {
     config.clean_up_tokenization_spaces = optional_bool(*j, "clean_up_tokenization_spaces", config_path).value_or(false);
     if (const auto it = j->find("chat_template"); it != j->end()) read_templates(*it, config_path, config);
   }
-  const std::string map_path = model_dir + "/special_tokens_map.json";
+  const std::string map_path = join_path(model_dir, "special_tokens_map.json");
   if (const auto j = read_json_file(map_path)) {
     if (auto v = token_text(*j, "bos_token", map_path)) config.bos_token = v;
     if (auto v = token_text(*j, "eos_token", map_path)) config.eos_token = v;
     if (auto v = token_text(*j, "unk_token", map_path)) config.unk_token = v;
     if (auto v = token_text(*j, "pad_token", map_path)) config.pad_token = v;
   }
-  const std::string template_json_path = model_dir + "/chat_template.json";
+  const std::string template_json_path = join_path(model_dir, "chat_template.json");
   if (const auto j = read_json_file(template_json_path)) {
     if (const auto it = j->find("chat_template"); it != j->end()) read_templates(*it, template_json_path, config);
   }
-  const std::string jinja_path = model_dir + "/chat_template.jinja";
-  if (std::filesystem::exists(jinja_path)) {
-    config.chat_template = read_text_file(jinja_path);
+  const std::string jinja_path = join_path(model_dir, "chat_template.jinja");
+  if (std::optional<std::string> source = read_input_file_if_exists(jinja_path, InputKind::kTemplate)) {
+    config.chat_template = std::move(*source);
     config.chat_templates["default"] = config.chat_template;
   }
   return config;

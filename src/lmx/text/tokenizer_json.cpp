@@ -22,7 +22,10 @@ void JsonScanner::skip_whitespace() {
 
 char JsonScanner::peek() {
   skip_whitespace();
-  return pos_ < text_.size() ? text_[pos_] : '\0';
+  // Every caller expects more input: at the end the text was cut short, which is what to report
+  // (not that the value that should follow has the wrong type).
+  if (pos_ >= text_.size()) fail("unexpected end of input (truncated file?)");
+  return text_[pos_];
 }
 
 void JsonScanner::expect(char c) {
@@ -261,7 +264,8 @@ bool JsonScanner::next_element() {
 }
 
 void JsonScanner::expect_end() {
-  if (peek() != '\0' || pos_ != text_.size()) fail("unexpected data after the JSON value");
+  skip_whitespace();
+  if (pos_ != text_.size()) fail("unexpected data after the JSON value");
 }
 
 }  // namespace lmx::text

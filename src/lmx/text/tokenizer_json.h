@@ -14,7 +14,8 @@ class JsonScanner {
  public:
   JsonScanner(std::string_view text, std::string file) : text_(text), file_(std::move(file)) {}
 
-  // Next non-whitespace character without consuming it; '\0' at the end of the text.
+  // Next non-whitespace character without consuming it. At the end of the text it throws
+  // FormatError "unexpected end of input": every caller expects more.
   char peek();
   void expect(char c);
   // Consumes `null` if it comes next.

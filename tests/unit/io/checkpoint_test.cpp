@@ -1,12 +1,11 @@
 // Tests for Checkpoint: single-file, indexed-shard and glob model directories, and their errors.
 #include "io_test_helpers.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 #include "lmx/io/safetensors.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
 
 namespace lmx {
 namespace {
@@ -123,7 +122,7 @@ TEST_F(CheckpointTest, DuplicateTensorAcrossFiles) {
 
 TEST_F(CheckpointTest, NoWeightsOrNoDirectory) {
   expect_error<IoError>([&] { Checkpoint::open_dir(dir_.path()); }, {dir_.path(), "no model.safetensors"});
-  expect_error<IoError>([&] { Checkpoint::open_dir(dir_.file("absent")); }, {"absent", "not a directory"});
+  expect_error<IoError>([&] { Checkpoint::open_dir(dir_.file("absent")); }, {"absent", "No such file or directory"});
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Tests for config.json / generation_config.json loading and the typed JSON accessors.
 #include "lmx/io/model_dir.h"
 #include "io_test_helpers.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 
 #include <gtest/gtest.h>
 

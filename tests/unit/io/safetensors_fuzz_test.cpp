@@ -1,7 +1,7 @@
 // Fuzz-style test: seeded random corruptions of a valid safetensors file either open with every
 // tensor view inside the file, or throw an lmx::Error; nothing crashes or reads out of bounds.
 #include "io_test_helpers.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 #include "lmx/io/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -100,7 +100,7 @@ TEST(SafetensorsFuzz, RandomCorruptionsNeverCrashOrEscapeTheFile) {
                      {"empty", Tensor::zeros({0, 2}, DType::kI32)},
                      {"ids", test::random_any_tensor({2}, DType::kI64)}},
                     {{"format", "pt"}});
-  const std::string valid = read_text_file(valid_path);
+  const std::string valid = test::read_file(valid_path);
   ASSERT_NO_THROW(SafetensorsFile::open(valid_path));
 
   std::mt19937_64& gen = test::rng();

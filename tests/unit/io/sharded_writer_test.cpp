@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -30,9 +29,9 @@ TEST(ShardedWriter, SplitsIntoShardsWithAnIndexAndKeepsEveryTensor) {
     shards.finish();
   }
   for (int i = 1; i <= 5; ++i)
-    EXPECT_TRUE(std::filesystem::exists(dir.file(fmt::format("model-{:05d}-of-00005.safetensors", i)))) << i;
-  EXPECT_TRUE(std::filesystem::exists(dir.file("model.safetensors.index.json")));
-  EXPECT_FALSE(std::filesystem::exists(dir.file("model-partial-00000.safetensors")));
+    EXPECT_TRUE(test::exists(dir.file(fmt::format("model-{:05d}-of-00005.safetensors", i)))) << i;
+  EXPECT_TRUE(test::exists(dir.file("model.safetensors.index.json")));
+  EXPECT_FALSE(test::exists(dir.file("model-partial-00000.safetensors")));
   Checkpoint checkpoint = Checkpoint::open_dir(dir.path());
   for (const auto& [name, tensor] : written) {
     const Tensor got = checkpoint.tensor(name);
@@ -48,8 +47,8 @@ TEST(ShardedWriter, OneShardIsModelSafetensors) {
     shards.add("a", test::random_tensor({4, 4}, DType::kBF16));
     shards.finish();
   }
-  EXPECT_TRUE(std::filesystem::exists(dir.file("model.safetensors")));
-  EXPECT_FALSE(std::filesystem::exists(dir.file("model.safetensors.index.json")));
+  EXPECT_TRUE(test::exists(dir.file("model.safetensors")));
+  EXPECT_FALSE(test::exists(dir.file("model.safetensors.index.json")));
 }
 
 TEST(ShardedWriter, ABackgroundWriteErrorSurfacesAndLeavesNoShards) {
@@ -60,7 +59,7 @@ TEST(ShardedWriter, ABackgroundWriteErrorSurfacesAndLeavesNoShards) {
   {
     ShardedWriter shards(out, 1024);
     shards.add("a", test::random_tensor({150}, DType::kF32));
-    std::filesystem::remove_all(out);
+    test::remove_path(out);
     expect_error<IoError>(
         [&] {
           shards.add("b", test::random_tensor({150}, DType::kF32));  // flushes "a" in the background
@@ -69,7 +68,7 @@ TEST(ShardedWriter, ABackgroundWriteErrorSurfacesAndLeavesNoShards) {
         },
         {"model-partial-0000"});
   }
-  EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors"));
+  EXPECT_FALSE(test::exists(out + "/model.safetensors"));
 }
 
 }  // namespace

@@ -88,7 +88,50 @@ TEST(Convert, RefusesQuantizedInputAndSameDirectory) {
   const std::string q4 = test::source_path("tests/data/models/tiny-31b-q4");
   EXPECT_THROW(convert_checkpoint(q4, out.file("x"), parse_quantize_spec("4")), InvalidArgument);
   const std::string dense = test::source_path("tests/data/models/tiny-31b");
-  EXPECT_THROW(convert_checkpoint(dense, dense, parse_quantize_spec("4")), InvalidArgument);
+  EXPECT_THROW(convert_checkpoint(dense, dense, parse_quantize_spec("4"), /*replace_existing=*/true), InvalidArgument);
+  // Nor any directory holding the source, which replacing would delete.
+  EXPECT_THROW(convert_checkpoint(dense, test::source_path("tests/data"), parse_quantize_spec("4"), true),
+               InvalidArgument);
+  EXPECT_FALSE(test::exists(out.file("x")));
+}
+
+// The output appears whole or not at all: into an absent or empty directory, a non-empty one only
+// with replace (then replaced whole), and nothing written when the source does not load.
+TEST(Convert, WritesAtomicallyAndOnlyFromAValidSource) {
+  test::TempDir dir;
+  const std::string dense = test::source_path("tests/data/models/tiny-31b");
+  const std::string out = dir.file("out");
+  convert_checkpoint(dense, out, parse_quantize_spec("4"));
+  EXPECT_TRUE(test::exists(out + "/model.safetensors"));
+  EXPECT_EQ(test::count_entries(dir.path()), 1u);  // no staging directory left behind
+
+  test::write_file(out + "/stale.txt", "from an earlier run");
+  try {
+    convert_checkpoint(dense, out, parse_quantize_spec("8"));
+    FAIL() << "converted into a non-empty directory";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not empty"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(test::exists(out + "/stale.txt"));
+  convert_checkpoint(dense, out, parse_quantize_spec("8"), /*replace_existing=*/true);
+  EXPECT_FALSE(test::exists(out + "/stale.txt"));
+  EXPECT_EQ(load_json_file(out + "/config.json")["quantization"]["bits"], 8);
+
+  // A broken source: a weight missing. Loading it fails, so nothing is written.
+  test::copy_path(dense, dir.file("broken"));
+  auto file = SafetensorsFile::open(dir.file("broken/model.safetensors"));
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& name : file->names())
+    if (name != "model.norm.weight") tensors.emplace_back(name, file->tensor(name).contiguous());
+  file.reset();
+  write_safetensors(dir.file("broken/model.safetensors"), tensors);
+  try {
+    convert_checkpoint(dir.file("broken"), dir.file("out2"), parse_quantize_spec("4"));
+    FAIL() << "converted a checkpoint that does not load";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.norm.weight"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(test::exists(dir.file("out2")));
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace lmx {
 namespace {
 
@@ -83,6 +85,38 @@ TEST(Gemma4Config, MultimodalTextConfigNesting) {
   Gemma4Config c = Gemma4Config::from_json(text, root, "mm");
   EXPECT_EQ(c.num_hidden_layers, 6);
   EXPECT_FALSE(c.final_logit_softcapping.has_value());
+}
+
+}  // namespace
+}  // namespace lmx
+
+namespace lmx {
+namespace {
+
+TEST(Gemma4Config, ContextLengthFromConfigOrTransformersDefault) {
+  for (const auto& [preset, context] : std::vector<std::pair<std::string, int>>{
+           {"gemma4-e2b", 131072}, {"gemma4-e4b", 131072}, {"gemma4-26b-a4b", 262144}, {"gemma4-31b", 262144}}) {
+    nlohmann::json j = gemma4_preset_config(preset);
+    EXPECT_EQ(Gemma4Config::from_json(j, j, preset).max_position_embeddings, context) << preset;
+  }
+  nlohmann::json j = test::tiny_config("dense");
+  j.erase("max_position_embeddings");
+  EXPECT_EQ(Gemma4Config::from_json(j, j, "tiny").max_position_embeddings, 131072);
+  j["max_position_embeddings"] = 4096;
+  EXPECT_EQ(Gemma4Config::from_json(j, j, "tiny").max_position_embeddings, 4096);
+  j["max_position_embeddings"] = -1;
+  EXPECT_THROW(Gemma4Config::from_json(j, j, "tiny"), ConfigError);
+}
+
+TEST(Gemma4Config, NumbersThatAreNotFiniteAreRefused) {
+  for (const char* key : {"rms_norm_eps", "final_logit_softcapping"}) {
+    nlohmann::json j = test::tiny_config("dense");
+    j[key] = std::numeric_limits<double>::infinity();
+    EXPECT_THROW(Gemma4Config::from_json(j, j, "tiny"), ConfigError) << key;
+  }
+  nlohmann::json j = test::tiny_config("dense");
+  j["rope_parameters"]["full_attention"]["rope_theta"] = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(Gemma4Config::from_json(j, j, "tiny"), ConfigError);
 }
 
 }  // namespace

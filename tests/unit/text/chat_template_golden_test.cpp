@@ -6,24 +6,14 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 
 namespace lmx {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 Json read_json(const std::string& relative) {
-  return Json::parse(read_file(test::source_path("tests/data/templates/" + relative)));
+  return Json::parse(test::read_file(test::source_path("tests/data/templates/" + relative)));
 }
 
 ChatTemplateInputs inputs_for(const Json& spec, const Json& c) {
@@ -49,7 +39,7 @@ TEST(ChatTemplateGolden, MatchesPythonJinja2ByteForByte) {
   for (const auto& [name, spec] : config.at("templates").items()) {
     SCOPED_TRACE("template " + name);
     ChatTemplate tpl(
-        read_file(test::source_path("tests/data/templates/" + spec.at("file").get<std::string>())));
+        test::read_file(test::source_path("tests/data/templates/" + spec.at("file").get<std::string>())));
     ASSERT_TRUE(goldens.contains(name)) << "goldens.json lacks template " << name;
     for (const Json& c : config.at("cases")) {
       const std::string case_name = c.at("name").get<std::string>();
@@ -90,7 +80,7 @@ TEST(ChatTemplateGolden, TemplatesParse) {
   for (const char* file :
        {"gemma3.jinja", "llama3.jinja", "qwen3.jinja", "gemma4.jinja", "gemma4_31b.jinja"}) {
     SCOPED_TRACE(file);
-    EXPECT_NO_THROW(ChatTemplate(read_file(test::source_path(std::string("tests/data/templates/") + file))));
+    EXPECT_NO_THROW(ChatTemplate(test::read_file(test::source_path(std::string("tests/data/templates/") + file))));
   }
 }
 

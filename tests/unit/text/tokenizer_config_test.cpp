@@ -1,6 +1,6 @@
 // Model-directory settings: special tokens from tokenizer_config.json / special_tokens_map.json,
 // and the chat template from chat_template.jinja, chat_template.json or tokenizer_config.json.
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 #include "lmx/text/tokenizer.h"
 #include "unit/text/tokenizer_test_util.h"
 

@@ -1,7 +1,7 @@
 // Malformed tokenizer.json / config files are refused with errors that name the file, the
 // component and what is wrong.
 #include "lmx/core/error.h"
-#include "lmx/core/mapped_file.h"
+#include "lmx/io/output_file.h"
 #include "lmx/text/tokenizer.h"
 #include "unit/text/tokenizer_test_util.h"
 

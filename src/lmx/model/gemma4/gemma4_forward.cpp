@@ -77,7 +77,8 @@ class Gemma4Forward final : public ModelForward {
     d_.num_layers = config_.num_hidden_layers;
     d_.bos_token_id = config_.bos_token_id;
     d_.pad_token_id = config_.pad_token_id;
-    if (config_.eos_token_id) d_.eos_token_ids.push_back(*config_.eos_token_id);
+    d_.eos_token_ids = config_.eos_token_ids;
+    d_.context_length = config_.max_position_embeddings;
     for (const auto& l : config_.layers) d_.kv_layers.push_back({l.num_kv_heads, l.head_dim, l.sliding_window, l.kv_donor});
   }
 

@@ -7,6 +7,9 @@
 #include "lmx/quant/affine.h"
 
 #include <cstring>
+#include <set>
+#include <string_view>
+#include <utility>
 
 namespace lmx {
 namespace {
@@ -14,10 +17,12 @@ namespace {
 // Name prefixes of the text model, in the order they are tried.
 constexpr const char* kPrefixes[] = {"model.language_model.", "language_model.model.", "model."};
 
+// Binds tensors under one name prefix and records every tensor it binds into `bound`.
 class Binder {
  public:
-  Binder(const Checkpoint& checkpoint, std::string prefix, const QuantizationConfig& quantization)
-      : checkpoint_(checkpoint), prefix_(std::move(prefix)), quantization_(quantization) {}
+  Binder(const Checkpoint& checkpoint, std::string prefix, const QuantizationConfig& quantization,
+         std::set<std::string>& bound)
+      : checkpoint_(checkpoint), prefix_(std::move(prefix)), quantization_(quantization), bound_(bound) {}
 
   // The dense float tensor `prefix + name`, which must exist and have `shape`.
   Tensor tensor(const std::string& name, const Shape& shape) const { return full_tensor(prefix_ + name, shape); }
@@ -25,6 +30,7 @@ class Binder {
   Tensor full_tensor(const std::string& full, const Shape& shape) const {
     if (!checkpoint_.contains(full)) throw FormatError(fmt::format("{}: missing tensor '{}'", checkpoint_.dir(), full));
     Tensor t = checkpoint_.tensor(full);
+    bound_.insert(full);
     if (t.shape() != shape)
       throw FormatError(fmt::format("{}: tensor '{}' has shape {}, expected {}", checkpoint_.dir(), full,
                                     shape_string(t.shape()), shape_string(shape)));
@@ -40,7 +46,12 @@ class Binder {
     const std::string full = prefix_ + module;
     Weight w;
     if (!checkpoint_.contains(full + ".scales")) {
-      w.dense = full_tensor(dense_name.empty() ? full + ".weight" : prefix_ + dense_name, shape);
+      const std::string dense = dense_name.empty() ? full + ".weight" : prefix_ + dense_name;
+      // MLX codes are U32: such a weight without scales is a quantized module missing a part.
+      if (checkpoint_.contains(dense) && checkpoint_.info(dense).dtype == DType::kU32)
+        throw FormatError(fmt::format("{}: quantized module '{}' lacks '{}.scales' ('{}' holds U32 codes)",
+                                      checkpoint_.dir(), full, full, dense));
+      w.dense = full_tensor(dense, shape);
       return w;
     }
     std::optional<QuantizationSpec> spec = quantization_.spec_for(full);
@@ -53,6 +64,7 @@ class Binder {
     w.quantized.codes = checkpoint_.tensor(full + ".weight");
     w.quantized.scales = checkpoint_.tensor(full + ".scales");
     w.quantized.biases = checkpoint_.tensor(full + ".biases");
+    for (const char* part : {".weight", ".scales", ".biases"}) bound_.insert(full + part);
     w.quantized.bits = spec->bits;
     w.quantized.group_size = spec->group_size;
     quant::validate_affine(w.quantized.codes, w.quantized.scales, w.quantized.biases, spec->bits, spec->group_size,
@@ -67,12 +79,87 @@ class Binder {
 
   bool has(const std::string& name) const { return checkpoint_.contains(prefix_ + name); }
   const std::string& prefix() const { return prefix_; }
+  // A tensor `prefix + name` read directly from the checkpoint.
+  Tensor raw(const std::string& name) const {
+    bound_.insert(prefix_ + name);
+    return checkpoint_.tensor(prefix_ + name);
+  }
 
  private:
   const Checkpoint& checkpoint_;
   std::string prefix_;
   const QuantizationConfig& quantization_;
+  std::set<std::string>& bound_;
 };
+
+// Where lm_head lives for a text-model prefix: HF keeps it at the root, MLX under language_model.
+std::string head_prefix(const std::string& prefix) {
+  return prefix == "language_model.model." ? "language_model." : "";
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+// The layer index of "layers.<i>.<part>" and the part after it; index -1 for other names.
+std::pair<int, std::string_view> layer_part(std::string_view rest) {
+  if (!starts_with(rest, "layers.")) return {-1, {}};
+  const size_t dot = rest.find('.', 7);
+  const std::string_view number = rest.substr(7, dot == std::string_view::npos ? dot : dot - 7);
+  if (number.empty() || number.size() > 8 || number.find_first_not_of("0123456789") != std::string_view::npos)
+    return {-1, {}};
+  return {std::stoi(std::string(number)), dot == std::string_view::npos ? std::string_view() : rest.substr(dot + 1)};
+}
+
+// Why a text-model tensor that was not bound contradicts the config, for the error message.
+std::string unbound_reason(std::string_view rest, const Gemma4Config& c) {
+  if (rest.find("per_layer") != std::string_view::npos && c.hidden_size_per_layer_input == 0)
+    return "config.json sets hidden_size_per_layer_input 0, which turns per-layer inputs (PLE) off";
+  if ((rest.find(".experts.") != std::string_view::npos || rest.find(".router.") != std::string_view::npos) &&
+      !c.enable_moe_block)
+    return "config.json does not enable_moe_block";
+  if (starts_with(rest, "lm_head.") && c.tie_word_embeddings)
+    return "config.json ties the output head to embed_tokens (tie_word_embeddings)";
+  if (rest.find("self_attn.v_proj.") != std::string_view::npos && c.attention_k_eq_v)
+    return "config.json sets attention_k_eq_v: full layers use their keys as values";
+  if (rest.ends_with(".bias")) return "lmx's Gemma 4 has no biases (attention_bias must be false)";
+  if (layer_part(rest).first >= c.num_hidden_layers)
+    return fmt::format("config.json has num_hidden_layers {}", c.num_hidden_layers);
+  return "the model config.json describes has no such weight";
+}
+
+// Rejects a tensor in the text model's namespace (its layers, embeddings, final norm, output head)
+// that binding did not use: it contradicts the config (PLE weights with hidden_size_per_layer_input
+// 0, layers past num_hidden_layers, MoE weights without enable_moe_block, biases), and loading
+// the checkpoint anyway would compute another model than the one it holds. Tensors outside that
+// namespace (vision and audio towers, anything else) are metadata to lmx and stay accepted, as do
+// the K/V projections and norms of KV-shared layers, which transformers ignores on load.
+void reject_unbound_weights(const Checkpoint& checkpoint, const Gemma4Config& c, const std::string& prefix,
+                            const std::set<std::string>& bound) {
+  static const std::set<std::string, std::less<>> kTextModules = {
+      "layers", "embed_tokens", "embed_tokens_per_layer", "per_layer_model_projection",
+      "per_layer_projection_norm", "norm"};
+  const std::string head = head_prefix(prefix) + "lm_head.";
+  for (const std::string& name : checkpoint.names()) {
+    if (bound.count(name)) continue;
+    std::string_view rest;
+    if (starts_with(name, head)) {
+      rest = std::string_view(name).substr(head.size() - 8);  // "lm_head...."
+    } else if (starts_with(name, prefix)) {
+      rest = std::string_view(name).substr(prefix.size());
+      if (!kTextModules.count(rest.substr(0, rest.find('.')))) continue;
+      if (rest.ends_with(".embed_scale")) continue;  // a non-persistent buffer some exports keep
+      const auto [index, part] = layer_part(rest);
+      const bool shared =
+          index >= 0 && index < c.num_hidden_layers && c.layers[static_cast<size_t>(index)].kv_donor >= 0;
+      if (shared && (starts_with(part, "self_attn.k_proj.") || starts_with(part, "self_attn.v_proj.") ||
+                     starts_with(part, "self_attn.k_norm.") || starts_with(part, "self_attn.v_norm.")))
+        continue;
+    } else {
+      continue;
+    }
+    throw FormatError(fmt::format("{}: tensor '{}' in {} is not a weight of the model config.json describes ({})",
+                                  checkpoint.dir(), name, checkpoint.file_of(name), unbound_reason(rest, c)));
+  }
+}
 
 // A stored scalar ([] or [1]) as float.
 float scalar_value(const Tensor& t, const std::string& name) {
@@ -116,7 +203,8 @@ Gemma4Weights Gemma4Weights::bind(const Checkpoint& checkpoint, const Gemma4Conf
   if (prefix.empty())
     throw FormatError(fmt::format("{}: no embed_tokens.weight under any known prefix (model., model.language_model., "
                                   "language_model.model.); is this a Gemma 4 checkpoint?", checkpoint.dir()));
-  Binder b(checkpoint, prefix, quantization);
+  std::set<std::string> bound;
+  Binder b(checkpoint, prefix, quantization, bound);
   const int64_t H = c.hidden_size, V = c.vocab_size, L = c.num_hidden_layers, P = c.hidden_size_per_layer_input;
 
   Gemma4Weights w;
@@ -125,7 +213,7 @@ Gemma4Weights Gemma4Weights::bind(const Checkpoint& checkpoint, const Gemma4Conf
   w.norm = b.tensor("norm.weight", {H});
   if (!c.tie_word_embeddings) {
     // HF keeps lm_head at the root; MLX nests it under language_model.
-    Binder root(checkpoint, prefix == "language_model.model." ? "language_model." : "", quantization);
+    Binder root(checkpoint, head_prefix(prefix), quantization, bound);
     w.lm_head = root.weight("lm_head", {V, H});
   }
   if (P > 0) {
@@ -171,9 +259,10 @@ Gemma4Weights Gemma4Weights::bind(const Checkpoint& checkpoint, const Gemma4Conf
     }
     // transformers always saves layer_scalar (a persistent buffer); older exports may lack it (= 1).
     if (b.has(l + "layer_scalar"))
-      lw.layer_scalar = scalar_value(checkpoint.tensor(prefix + l + "layer_scalar"), prefix + l + "layer_scalar");
+      lw.layer_scalar = scalar_value(b.raw(l + "layer_scalar"), prefix + l + "layer_scalar");
     w.layers.push_back(std::move(lw));
   }
+  reject_unbound_weights(checkpoint, c, prefix, bound);
   return w;
 }
 

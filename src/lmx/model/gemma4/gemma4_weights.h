@@ -42,8 +42,11 @@ struct Gemma4Weights {
   std::vector<Gemma4LayerWeights> layers;
   std::string prefix;  // the name prefix the checkpoint uses ("model.", "model.language_model.", ...)
 
-  // Binds every tensor the config requires, checking its shape; unused extra tensors (vision and
-  // audio towers) are ignored. Errors name the checkpoint and the tensor.
+  // Binds every tensor the config requires, checking its shape and dtype (a U32 weight without
+  // scales is a quantized module missing them). A tensor in the text model's namespace (layers,
+  // embeddings, final norm, output head) that the config gives no place is a FormatError naming
+  // it and the config key it contradicts; other tensors (vision and audio towers) are ignored.
+  // Errors name the checkpoint and the tensor.
   static Gemma4Weights bind(const Checkpoint& checkpoint, const Gemma4Config& config,
                             const QuantizationConfig& quantization);
 };

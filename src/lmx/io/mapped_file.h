@@ -9,8 +9,9 @@ namespace lmx {
 
 class MappedFile {
  public:
-  // Maps `path` read-only. Throws IoError naming the path on failure. An empty file maps to
-  // a null pointer with size 0.
+  // Maps the regular file `path` read-only (opened as InputFile::open does: never blocking, with
+  // a FIFO, device or directory refused). Throws IoError naming the path and the OS reason. An
+  // empty file maps to a null pointer with size 0.
   static std::shared_ptr<MappedFile> open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
@@ -26,10 +27,5 @@ class MappedFile {
   size_t size_ = 0;
   std::string path_;
 };
-
-// Reads a whole (small) file into a string. Throws IoError naming the path.
-std::string read_text_file(const std::string& path);
-// Writes `contents` to `path`, replacing it. Throws IoError naming the path.
-void write_text_file(const std::string& path, const std::string& contents);
 
 }  // namespace lmx
