@@ -11,8 +11,8 @@ std::unique_ptr<lmx::Tokenizer> g_tokenizer;
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  g_tokenizer = std::make_unique<lmx::Tokenizer>(
-      lmx::Tokenizer::from_json(lmx::fuzz::source_file("models/demo/tokenizer.json"), "models/demo/tokenizer.json"));
+  g_tokenizer = std::make_unique<lmx::Tokenizer>(lmx::Tokenizer::from_json(
+      lmx::fuzz::source_file("models/demo/tokenizer.json"), "models/demo/tokenizer.json"));
   return 0;
 }
 

@@ -7,7 +7,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lmx::fuzz::expect_only_lmx_errors([&] {
-    const lmx::Tokenizer tokenizer = lmx::Tokenizer::from_json(lmx::fuzz::as_text(data, size), "fuzz/tokenizer.json");
+    const lmx::Tokenizer tokenizer =
+        lmx::Tokenizer::from_json(lmx::fuzz::as_text(data, size), "fuzz/tokenizer.json");
     for (const char* text : {"Hello world! 12 ab\xc3\xa9 <s>\n\t  x", ""}) {
       const std::vector<int32_t> ids = tokenizer.encode(text, /*add_special_tokens=*/true);
       (void)tokenizer.decode(ids, /*skip_special_tokens=*/false);

@@ -43,15 +43,16 @@ Verb add_bench(CLI::App& app) {
             auto load_start = Clock::now();
             auto model = load_language_model(opt->model, opt->flags);
             double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-            require_within_context(*model, int64_t{opt->prompt_tokens} + opt->gen_tokens,
-                                   fmt::format("--prompt-tokens {} and --gen-tokens {}", opt->prompt_tokens,
-                                               opt->gen_tokens));
+            require_within_context(
+                *model, int64_t{opt->prompt_tokens} + opt->gen_tokens,
+                fmt::format("--prompt-tokens {} and --gen-tokens {}", opt->prompt_tokens, opt->gen_tokens));
             const int vocab = model->description().vocab_size;
             std::mt19937 rng(1234);
             std::vector<int32_t> prompt(static_cast<size_t>(opt->prompt_tokens));
             // Random ids past the first special tokens (0-2: pad, eos, bos) when the vocabulary has more.
             const uint32_t first = vocab > 3 ? 3 : 0;
-            for (auto& t : prompt) t = static_cast<int32_t>(first + rng() % (static_cast<uint32_t>(vocab) - first));
+            for (auto& t : prompt)
+              t = static_cast<int32_t>(first + rng() % (static_cast<uint32_t>(vocab) - first));
 
             // One run on a fresh sequence: the prompt in one step, then `steps` greedy decode steps; the
             // seconds of each part.
@@ -109,8 +110,8 @@ Verb add_bench(CLI::App& app) {
               std::printf("weights/token    %.3f GB (%.2f GB/s at the decode rate)\n", bytes_per_token / 1e9,
                           bytes_per_token * decode_tok_s / 1e9);
               std::printf("KV cache         %s, %s held after %d + %d tokens\n",
-                          std::string(model->kv_cache().layout().codec().name()).c_str(), format_bytes(kv_bytes).c_str(),
-                          opt->prompt_tokens, opt->gen_tokens);
+                          std::string(model->kv_cache().layout().codec().name()).c_str(),
+                          format_bytes(kv_bytes).c_str(), opt->prompt_tokens, opt->gen_tokens);
               std::printf("peak RSS         %.0f MB\n", peak_rss_mb);
             }
             return 0;

@@ -108,7 +108,7 @@ void report_turn_error(const Error& e) {
 
 struct ChatOptions {
   std::string model, system;
-    ModelFlags flags;
+  ModelFlags flags;
   float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
   int top_k = 0, max_tokens = 512, threads = 0;
   uint64_t seed = 0;
@@ -233,9 +233,10 @@ class Chat {
       std::vector<int32_t> ids = tokenizer_.encode(template_.render(inputs), /*add_special_tokens=*/false);
       LMX_REQUIRE(InvalidArgument, !ids.empty(), "the chat template rendered an empty prompt");
       if (context_tokens_ <= 0 || static_cast<int64_t>(ids.size()) < context_tokens_) return ids;
-      LMX_REQUIRE(InvalidArgument, messages.size() >= first_turn + 3,
-                  "the message is too long: its prompt has {} tokens and the model's context length is {} tokens",
-                  ids.size(), context_tokens_);
+      LMX_REQUIRE(
+          InvalidArgument, messages.size() >= first_turn + 3,
+          "the message is too long: its prompt has {} tokens and the model's context length is {} tokens",
+          ids.size(), context_tokens_);
       messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first_turn),
                      messages.begin() + static_cast<std::ptrdiff_t>(first_turn + 2));
     }
@@ -251,7 +252,8 @@ class Chat {
     const double decode_rate = r.tokens.size() > 1 && r.decode_seconds > 0
                                    ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds
                                    : 0;
-    std::fprintf(stderr, "[prompt %lld tokens, %lld reused, %.1f tok/s; answer %zu tokens, %.1f tok/s; %s; KV %s]\n",
+    std::fprintf(stderr,
+                 "[prompt %lld tokens, %lld reused, %.1f tok/s; answer %zu tokens, %.1f tok/s; %s; KV %s]\n",
                  static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.reused_tokens),
                  prefill_rate, r.tokens.size(), decode_rate, finish, format_bytes(r.kv_bytes).c_str());
   }

@@ -18,7 +18,9 @@ Verb add_convert(CLI::App& app) {
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("convert", "Write an MLX affine-quantized copy of a bf16/f32 checkpoint");
   cmd->add_option("--model", opt->model, "Input model directory")->required()->check(non_empty());
-  cmd->add_option("--out", opt->out, "Output directory (absent or empty, unless --force)")->required()->check(non_empty());
+  cmd->add_option("--out", opt->out, "Output directory (absent or empty, unless --force)")
+      ->required()
+      ->check(non_empty());
   cmd->add_flag("--force", opt->force, "Replace a non-empty --out directory whole");
   cmd->add_option("--quantize", opt->quantize, "BITS[:GROUP], bits 2/3/4/5/6/8, group 32/64/128 (default 64)")
       ->required();

@@ -25,8 +25,9 @@ Verb add_generate(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("generate", "Greedy generation from prompt token ids, text or a chat turn");
-  cmd->add_option("--model", opt->model, "Model directory (config.json + safetensors [+ tokenizer]); "
-                                         "default: the bundled demo model")
+  cmd->add_option("--model", opt->model,
+                  "Model directory (config.json + safetensors [+ tokenizer]); "
+                  "default: the bundled demo model")
       ->check(non_empty());
   auto* ids = cmd->add_option("--prompt-ids", opt->prompt_ids, "Comma-separated prompt token ids, e.g. 2,105,2364");
   auto* raw = cmd->add_option("--prompt", opt->prompt, "Raw prompt text (encoded with special tokens)");
@@ -38,7 +39,8 @@ Verb add_generate(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
   add_model_options(cmd, opt->flags);
-  cmd->add_flag("--json", opt->json, "Print {\"tokens\", \"text\", \"prompt_tok_s\", \"decode_tok_s\", \"kv_bytes\"} as JSON");
+  cmd->add_flag("--json", opt->json,
+                "Print {\"tokens\", \"text\", \"prompt_tok_s\", \"decode_tok_s\", \"kv_bytes\"} as JSON");
   return {cmd, [opt, ids, raw, chat] {
             if (!ids->count() && !raw->count() && !chat->count())
               throw InvalidArgument("generate needs --prompt-ids, --prompt or --chat");
@@ -59,9 +61,9 @@ Verb add_generate(CLI::App& app) {
             }
             LMX_REQUIRE(InvalidArgument, !prompt.empty(), "the prompt is empty");
             auto model = load_language_model(opt->model, opt->flags);
-            require_within_context(*model, static_cast<int64_t>(prompt.size()) + opt->max_tokens,
-                                   fmt::format("the prompt ({} tokens) and --max-tokens {}", prompt.size(),
-                                               opt->max_tokens));
+            require_within_context(
+                *model, static_cast<int64_t>(prompt.size()) + opt->max_tokens,
+                fmt::format("the prompt ({} tokens) and --max-tokens {}", prompt.size(), opt->max_tokens));
             GenerationConfig generation = load_generation_config(opt->model);
             GreedyOptions options;
             options.max_new_tokens = opt->max_tokens;
@@ -99,7 +101,8 @@ Verb add_generate(CLI::App& app) {
                 std::fwrite(rest.data(), 1, rest.size(), stdout);
               }
               std::printf("\nprompt: %d tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
-                          r.prompt_tokens, prompt_tok_s, r.tokens.size(), decode_tok_s, format_bytes(r.kv_bytes).c_str(),
+                          r.prompt_tokens, prompt_tok_s, r.tokens.size(), decode_tok_s,
+                          format_bytes(r.kv_bytes).c_str(),
                           std::string(model->kv_cache().layout().codec().name()).c_str());
             }
             return 0;

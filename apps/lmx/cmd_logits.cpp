@@ -53,7 +53,8 @@ Verb add_logits(CLI::App& app) {
             require_within_context(*model, static_cast<int64_t>(prompt.size()),
                                    fmt::format("the prompt ({} tokens)", prompt.size()));
             auto seq = model->new_sequence();
-            const int64_t vocab = model->description().vocab_size, total = static_cast<int64_t>(prompt.size());
+            const int64_t vocab = model->description().vocab_size,
+                          total = static_cast<int64_t>(prompt.size());
             std::vector<float> all(static_cast<size_t>(total * vocab));
             const size_t chunk = opt->prefill_chunk > 0 ? static_cast<size_t>(opt->prefill_chunk) : prompt.size();
             for (size_t begin = 0; begin < prompt.size(); begin += chunk) {

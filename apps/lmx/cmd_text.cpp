@@ -19,7 +19,8 @@ namespace {
 nlohmann::ordered_json read_json_array(const std::string& path, const char* flag) {
   const std::string source = fmt::format("{} file {}", flag, path);
   nlohmann::ordered_json value = parse_ordered_json(read_input_file(path, InputKind::kUserData), source);
-  LMX_REQUIRE(InvalidArgument, value.is_array(), "{}: must hold a JSON array, got {}", source, value.type_name());
+  LMX_REQUIRE(InvalidArgument, value.is_array(), "{}: must hold a JSON array, got {}", source,
+              value.type_name());
   return value;
 }
 
@@ -51,14 +52,16 @@ Verb add_tokenize(CLI::App& app) {
       ->required()
       ->check(non_empty());
   auto* text = cmd->add_option("--text", opt->text, "Text to encode");
-  auto* file = cmd->add_option("--text-file", opt->text_file, "File whose bytes are encoded")->check(non_empty());
+  auto* file =
+      cmd->add_option("--text-file", opt->text_file, "File whose bytes are encoded")->check(non_empty());
   text->excludes(file);
   cmd->add_flag("--no-special", opt->no_special, "Do not add special tokens (BOS/EOS from the post-processor)");
   cmd->add_flag("--json", opt->json, "Print {\"ids\": [...]}");
   return {cmd, [opt, text, file] {
             if (text->count() == 0 && file->count() == 0) throw InvalidArgument("tokenize needs --text or --text-file");
             Tokenizer tokenizer = Tokenizer::load(opt->model);
-            std::string input = file->count() ? read_input_file(opt->text_file, InputKind::kUserData) : opt->text;
+            std::string input =
+                file->count() ? read_input_file(opt->text_file, InputKind::kUserData) : opt->text;
             std::vector<int32_t> ids = tokenizer.encode(input, !opt->no_special);
             if (opt->json) {
               std::printf("%s\n", nlohmann::json({{"ids", ids}}).dump().c_str());

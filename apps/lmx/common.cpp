@@ -81,11 +81,16 @@ size_t parse_bytes(const std::string& text, const char* flag) {
   if (suffix.size() > 1 && suffix.back() == 'B') suffix.pop_back();
   if (suffix.size() > 1 && suffix.back() == 'I') suffix.pop_back();
   double scale = 0;
-  if (suffix.empty()) scale = 1;
-  else if (suffix == "K") scale = 1024.0;
-  else if (suffix == "M") scale = 1024.0 * 1024;
-  else if (suffix == "G") scale = 1024.0 * 1024 * 1024;
-  else if (suffix == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (suffix.empty())
+    scale = 1;
+  else if (suffix == "K")
+    scale = 1024.0;
+  else if (suffix == "M")
+    scale = 1024.0 * 1024;
+  else if (suffix == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "T")
+    scale = 1024.0 * 1024 * 1024 * 1024;
   const double bytes = number * scale;
   LMX_REQUIRE(InvalidArgument, ec == std::errc() && rest != begin && scale > 0 && bytes >= 1 && bytes < 1e18,
               "{} '{}': expected a positive byte count such as 1073741824, 512M or 4G", flag, text);
@@ -97,17 +102,21 @@ void apply_threads(int threads) {
   set_default_threads(threads);
 }
 
-int64_t context_length(const LanguageModel& model) { return model.description().context_length; }
+int64_t context_length(const LanguageModel& model) {
+  return model.description().context_length;
+}
 
 void require_within_context(const LanguageModel& model, int64_t tokens, std::string_view what) {
   const int64_t limit = context_length(model);
-  LMX_REQUIRE(InvalidArgument, limit <= 0 || tokens <= limit, "{} need {} positions, more than the model's context length of {} tokens",
-              what, tokens, limit);
+  LMX_REQUIRE(InvalidArgument, limit <= 0 || tokens <= limit,
+              "{} need {} positions, more than the model's context length of {} tokens", what, tokens, limit);
 }
 
 const CLI::Validator& non_empty() {
   static const CLI::Validator check(
-      [](const std::string& value) { return value.empty() ? std::string("the value is empty") : std::string(); },
+      [](const std::string& value) {
+        return value.empty() ? std::string("the value is empty") : std::string();
+      },
       "NONEMPTY");
   return check;
 }

@@ -79,9 +79,12 @@ void load_tuning(const std::string& path) {
 }
 
 void add_model_options(CLI::App* command, ModelFlags& flags) {
-  command->add_option("--device", flags.device, "cpu, cuda or cuda:N (default: cuda when a GPU is present, else cpu)")
+  command
+      ->add_option("--device", flags.device,
+                   "cpu, cuda or cuda:N (default: cuda when a GPU is present, else cpu)")
       ->default_val("auto");
-  command->add_option("--kv-cache", flags.kv_cache, "KV cache codec: f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
+  command->add_option("--kv-cache", flags.kv_cache,
+                      "KV cache codec: f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
   command->add_option("--kv-budget", flags.kv_budget,
                       "Bytes the KV cache may hold, e.g. 8G (default: 90 % of the device's free memory)");
   command->add_option("--kv-block-tokens", flags.kv_block_tokens, "Tokens per KV block (default 64)")
@@ -97,9 +100,10 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
     int index = 0;
     if (name.size() > 5) {
       const std::string digits = name.substr(5);
-      LMX_REQUIRE(InvalidArgument,
-                  !digits.empty() && digits.size() < 4 && digits.find_first_not_of("0123456789") == std::string::npos,
-                  "--device {}: expected cuda:N with a device number", device);
+      LMX_REQUIRE(
+          InvalidArgument,
+          !digits.empty() && digits.size() < 4 && digits.find_first_not_of("0123456789") == std::string::npos,
+          "--device {}: expected cuda:N with a device number", device);
       index = std::stoi(digits);
     }
 #ifdef LMX_HAS_CUDA

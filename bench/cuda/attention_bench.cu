@@ -7,9 +7,9 @@
 // tensor-core path). Prints µs and TFLOP/s counting 4·D·H flops per visible (query, key) pair (QKᵀ and PV).
 #include "bench_cuda_support.cuh"
 #include "lmx/ops/cuda/attention.h"
-#include "lmx/ops/cuda/paged_arrays.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/paged_arrays.h"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>

@@ -3,8 +3,8 @@
 // the table's q4_gemv.shapes (scripts/plan_sweep_gpu.sh) — through the plan observer (cuda/linear.h).
 // "launches" counts host-side launches: a decode step captured as a CUDA graph counts once, not per replay.
 // Usage: bench_cuda_q4_plans MODEL_DIR [PROMPT_TOKENS [DECODE_STEPS [DEVICE]]]   (defaults: 16, 4, 0)
-#include "lmx/core/error.h"
 #include "lmx/core/device.h"
+#include "lmx/core/error.h"
 #include "lmx/model/language_model.h"
 #include "lmx/ops/backends.h"
 #include "lmx/ops/cuda/linear.h"

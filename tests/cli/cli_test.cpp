@@ -230,7 +230,8 @@ namespace {
 // The KV cache flags: codecs and block sizes run and report the bytes they hold; bad values and a budget
 // too small for the prompt are clear errors, not crashes.
 TEST(Cli, KvCacheFlags) {
-  const std::string base = "generate --model " + tiny("tiny-e2b") + " --prompt-ids 2,105,7,9,11 --max-tokens 4 --json";
+  const std::string base =
+      "generate --model " + tiny("tiny-e2b") + " --prompt-ids 2,105,7,9,11 --max-tokens 4 --json";
   test::RunResult f32 = test::run_lmx(base);
   ASSERT_EQ(f32.exit_code, 0) << f32.output;
   const auto f32_json = nlohmann::json::parse(f32.output);
@@ -247,9 +248,10 @@ TEST(Cli, KvCacheFlags) {
   struct Bad {
     std::string flags, message;
   };
-  for (const Bad& bad : {Bad{"--kv-cache fp8", "--kv-cache: unknown KV cache codec 'fp8'"},
-                         Bad{"--kv-budget lots", "--kv-budget 'lots'"}, Bad{"--kv-budget 0", "--kv-budget '0'"},
-                         Bad{"--kv-budget 1K", "KV cache full"}, Bad{"--kv-block-tokens 0", "--kv-block-tokens"}}) {
+  for (const Bad& bad :
+       {Bad{"--kv-cache fp8", "--kv-cache: unknown KV cache codec 'fp8'"},
+        Bad{"--kv-budget lots", "--kv-budget 'lots'"}, Bad{"--kv-budget 0", "--kv-budget '0'"},
+        Bad{"--kv-budget 1K", "KV cache full"}, Bad{"--kv-block-tokens 0", "--kv-block-tokens"}}) {
     test::RunResult r = test::run_lmx(base + " " + bad.flags);
     EXPECT_NE(r.exit_code, 0) << bad.flags;
     EXPECT_NE(r.output.find(bad.message), std::string::npos) << bad.flags << ": " << r.output;

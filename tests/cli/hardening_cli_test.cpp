@@ -21,8 +21,12 @@ using test::run_lmx;
 using test::RunResult;
 using test::shell_quote;
 
-std::string demo() { return test::source_path("models/demo"); }
-std::string tiny(const std::string& name) { return test::source_path("tests/data/models/" + name); }
+std::string demo() {
+  return test::source_path("models/demo");
+}
+std::string tiny(const std::string& name) {
+  return test::source_path("tests/data/models/" + name);
+}
 
 // Every line of the output that starts with "lmx: error:" (the CLI's error lines).
 std::vector<std::string> error_lines(const std::string& output) {
@@ -39,11 +43,13 @@ std::vector<std::string> error_lines(const std::string& output) {
 }
 
 // Expects exit status `status` and exactly one error line, which contains every needle.
-void expect_failure(const RunResult& r, int status, const std::vector<std::string>& needles, const std::string& what) {
+void expect_failure(const RunResult& r, int status, const std::vector<std::string>& needles,
+                    const std::string& what) {
   EXPECT_EQ(r.exit_code, status) << what << "\n" << r.output;
   const std::vector<std::string> lines = error_lines(r.output);
   ASSERT_EQ(lines.size(), 1u) << what << "\n" << r.output;
-  for (const auto& needle : needles) EXPECT_NE(lines[0].find(needle), std::string::npos) << what << "\n" << lines[0];
+  for (const auto& needle : needles)
+    EXPECT_NE(lines[0].find(needle), std::string::npos) << what << "\n" << lines[0];
 }
 
 // A copy of the demo model whose file `name` is replaced by what `make` puts at the path.
@@ -90,7 +96,8 @@ TEST(HardeningCli, SpecialFilesInAModelDirectoryAreRefusedWithoutBlocking) {
     if (c.kind == "dangling") ASSERT_EQ(::symlink("/nonexistent/weights", dir.file().c_str()), 0);
     const std::string what = c.file + " as " + c.kind + ": " + c.verb;
     // `timeout` turns a hang into a failure instead of a stuck test.
-    RunResult r = test::run_shell("timeout 60 " + test::lmx_binary() + " " + c.verb + " --model " + dir.path());
+    RunResult r =
+        test::run_shell("timeout 60 " + test::lmx_binary() + " " + c.verb + " --model " + dir.path());
     const std::string reason = c.kind == "fifo"        ? "a FIFO, not a regular file"
                                : c.kind == "/dev/zero" ? "a character device"
                                : c.kind == "loop"      ? "Too many levels of symbolic links"
@@ -116,7 +123,8 @@ TEST(HardeningCli, FlagFilesMustBeRegularFilesAndBoundedJson) {
 
 TEST(HardeningCli, UsageErrorsAreOneLineWithStatusTwo) {
   expect_failure(run_lmx("generate --model '' --prompt-ids 2"), 2, {"--model", "empty"}, "--model ''");
-  expect_failure(run_lmx("logits --model " + demo() + " --prompt-ids 2 --out ''"), 2, {"--out", "empty"}, "--out ''");
+  expect_failure(run_lmx("logits --model " + demo() + " --prompt-ids 2 --out ''"), 2, {"--out", "empty"},
+                 "--out ''");
   expect_failure(run_lmx("generate --prompt-ids 2 --max-tokens -5"), 2, {"--max-tokens"}, "--max-tokens -5");
   expect_failure(run_lmx("generate --prompt-ids 2 --frobnicate"), 2, {"--frobnicate"}, "unknown flag");
   expect_failure(run_lmx("logits --prompt-ids 2"), 2, {"--model"}, "missing --model");
@@ -149,7 +157,8 @@ TEST(HardeningCli, BenchOnAVocabularyOfThreeTokens) {
   config["vocab_size"] = 3;
   test::write_file(dir.file("config.json"), config.dump());
   ASSERT_EQ(run_lmx("synth --config " + dir.file("config.json") + " --out " + dir.file("m")).exit_code, 0);
-  RunResult r = run_lmx("bench --model " + dir.file("m") + " --prompt-tokens 4 --gen-tokens 1 --threads 1 --json");
+  RunResult r =
+      run_lmx("bench --model " + dir.file("m") + " --prompt-tokens 4 --gen-tokens 1 --threads 1 --json");
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
@@ -161,8 +170,8 @@ TEST(HardeningCli, ChatExitsNonZeroWhenATurnFailsAndNamesTheContext) {
   RunResult r = run_lmx("chat --model " + demo() + " --max-tokens 4 < " + dir.file("input.txt"));
   expect_failure(r, 1, {"the message is too long", "context length is 2048 tokens"}, "chat");
   // A line without end (stdin from /dev/zero) is reported once and skipped; memory stays bounded.
-  RunResult zeros = test::run_shell("head -c 9000000 /dev/zero | " + test::lmx_binary() + " chat --model " + demo() +
-                                    " --max-tokens 2");
+  RunResult zeros = test::run_shell("head -c 9000000 /dev/zero | " + test::lmx_binary() + " chat --model " +
+                                    demo() + " --max-tokens 2");
   expect_failure(zeros, 1, {"input line is longer than"}, "chat on /dev/zero");
   // A turn that works keeps the status at 0.
   test::write_file(dir.file("ok.txt"), "Hello\n");
@@ -182,8 +191,8 @@ TEST(HardeningCli, ConvertAndSynthWriteWholeDirectoriesOnly) {
   ASSERT_EQ(forced.exit_code, 0) << forced.output;
   EXPECT_FALSE(test::exists(out + "/keep.txt"));
   EXPECT_TRUE(test::exists(out + "/model.safetensors"));
-  expect_failure(run_lmx("convert --model " + tiny("tiny-31b") + " --quantize 4 --out / --force"), 1, {"--out /"},
-                 "convert --out /");
+  expect_failure(run_lmx("convert --model " + tiny("tiny-31b") + " --quantize 4 --out / --force"), 1,
+                 {"--out /"}, "convert --out /");
   test::write_file(dir.file("file"), "x");
   expect_failure(run_lmx("synth --preset gemma4-e2b --layers 1 --out " + dir.file("file") + " --force"), 1,
                  {dir.file("file"), "not a directory"}, "synth --out FILE");
@@ -223,7 +232,8 @@ TEST(HardeningCli, OutputThatCannotBeWrittenFails) {
 
 TEST(HardeningCli, UnreadablePathsNameThePathAndReason) {
   const auto prefix = test::unprivileged_shell_prefix(test::lmx_binary());
-  if (!prefix) GTEST_SKIP() << test::unprivileged_skip_reason() << " (or the lmx binary is not reachable by it)";
+  if (!prefix)
+    GTEST_SKIP() << test::unprivileged_skip_reason() << " (or the lmx binary is not reachable by it)";
   test::TempDir dir;
   dir.allow_other_users();
   const std::string model = dir.file("model");

@@ -8,9 +8,13 @@
 
 namespace lmx::test {
 
-std::string lmx_binary() { return std::string(LMX_BINARY_DIR) + "/lmx"; }
+std::string lmx_binary() {
+  return std::string(LMX_BINARY_DIR) + "/lmx";
+}
 
-RunResult run_lmx(const std::string& args) { return run_shell(lmx_binary() + " " + args); }
+RunResult run_lmx(const std::string& args) {
+  return run_shell(lmx_binary() + " " + args);
+}
 
 RunResult run_shell(const std::string& command_line) {
   const std::string command = "{ " + command_line + "; } 2>&1";

@@ -36,8 +36,8 @@ class TextCli : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(TextCli, TokenizeAndDetokenizeMatchHfGoldens) {
-  auto golden = nlohmann::json::parse(test::read_file(test::source_path("tests/data/tokenizer/" + GetParam() +
-                                                                       ".golden.json")));
+  auto golden = nlohmann::json::parse(
+      test::read_file(test::source_path("tests/data/tokenizer/" + GetParam() + ".golden.json")));
   std::map<std::string, std::string> corpus;  // name → text, for the plain-text entries
   std::istringstream lines(test::read_file(test::source_path("tests/data/tokenizer/corpus.jsonl")));
   for (std::string line; std::getline(lines, line);)
@@ -68,8 +68,10 @@ TEST_P(TextCli, TokenizeAndDetokenizeMatchHfGoldens) {
 
 TEST_P(TextCli, TemplateMatchesJinja2Goldens) {
   // Key order matters to tojson: read the cases as ordered JSON.
-  auto cases = nlohmann::ordered_json::parse(test::read_file(test::source_path("tests/data/templates/cases.json")));
-  auto goldens = nlohmann::json::parse(test::read_file(test::source_path("tests/data/templates/goldens.json")));
+  auto cases =
+      nlohmann::ordered_json::parse(test::read_file(test::source_path("tests/data/templates/cases.json")));
+  auto goldens =
+      nlohmann::json::parse(test::read_file(test::source_path("tests/data/templates/goldens.json")));
   const std::set<std::string> picked = {"single_user", "single_user_no_generation_prompt", "system_multi_turn",
                                         "list_of_parts", "system_as_parts", "tools_with_schemas",
                                         "tool_call_and_response", "thinking_enabled", "non_alternating_roles"};
@@ -126,10 +128,12 @@ TEST(TextCli, BadInputGivesClearErrors) {
       {"tokenize --model " + demo, "--text"},
       {"tokenize --model /nonexistent --text hi", "/nonexistent"},
       {"detokenize --model " + demo + " --ids 1,999999", "999999"},
-      {"template --model " + demo + " --messages " + dir.file("bad.json"), "invalid JSON: parse error at line 1"},
+      {"template --model " + demo + " --messages " + dir.file("bad.json"),
+       "invalid JSON: parse error at line 1"},
       {"template --model " + demo + " --messages " + dir.file("object.json"), "JSON array"},
       {"generate --model " + demo + " --prompt hi --chat hi", "excludes"},
-      {"generate --model " + test::source_path("tests/data/models/tiny-e2b") + " --prompt hi", "tokenizer.json"},
+      {"generate --model " + test::source_path("tests/data/models/tiny-e2b") + " --prompt hi",
+       "tokenizer.json"},
   };
   for (const auto& [args, needle] : cases) {
     auto r = run_lmx(args);

@@ -11,10 +11,10 @@
 // |out - ref| ≤ 2 · 2^-9 · 2 max|v| = 2^-7 max|v| (plus f32 summation order). Cases with q = 0 have
 // p = 1 exactly, so out is the plain mean of the visible values: a tight check of every mask edge.
 #include "lmx/ops/cuda/attention.h"
-#include "lmx/ops/cuda/paged_arrays.h"
 #include "lmx/core/half.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
+#include "lmx/ops/cuda/paged_arrays.h"
 #include "lmx/ops/cuda/sm90a/wgmma.cuh"
 #include "lmx/ops/ops.h"
 #include "support/test_support.h"
@@ -99,7 +99,8 @@ std::vector<float> run_gpu(const Shape& s, const std::vector<HostSeq>& seqs, con
     max_kv = std::max<int64_t>(max_kv, seq.kv_len);
   }
   // The caches in blocks of 64 tokens, scattered (cuda::PagedArrays).
-  const cuda::PagedArrays k_pages(ks, int64_t{s.kv_heads} * s.dim, 64), v_pages(vs, int64_t{s.kv_heads} * s.dim, 64);
+  const cuda::PagedArrays k_pages(ks, int64_t{s.kv_heads} * s.dim, 64),
+      v_pages(vs, int64_t{s.kv_heads} * s.dim, 64);
   std::vector<float> q(static_cast<size_t>(std::max<int64_t>(1, tokens * q_stride)), 0.0f);
   std::vector<int32_t> q_pos, q_seq;
   for (int64_t t = 0; t < tokens; ++t) {
@@ -455,7 +456,8 @@ TEST_F(CudaAttention, KvAppendRoundsToNearestEven) {
     }
     const uint16_t fill = 0xabcd;
     // Two sequences' caches in scattered blocks of 64 tokens (cuda::PagedArrays).
-    const std::vector<std::vector<uint16_t>> filled(2, std::vector<uint16_t>(static_cast<size_t>(cap * row), fill));
+    const std::vector<std::vector<uint16_t>> filled(
+        2, std::vector<uint16_t>(static_cast<size_t>(cap * row), fill));
     const cuda::PagedArrays k_pages(filled, row, 64), v_pages(filled, row, 64);
     cuda::DeviceBuffer d_pos = cuda::upload_vector(pos), d_seq = cuda::upload_vector(seq);
     // pad == 1: start one float in, so rows are not 16-byte aligned either.
@@ -465,9 +467,9 @@ TEST_F(CudaAttention, KvAppendRoundsToNearestEven) {
     v_off.insert(v_off.end(), v.begin(), v.end());
     cuda::DeviceBuffer d_ko = cuda::upload_vector(k_off), d_vo = cuda::upload_vector(v_off);
     LMX_CUDA_CHECK(cudaDeviceSynchronize());
-    cuda::kv_append(d_ko.as<const float>() + offset, stride, d_vo.as<const float>() + offset, stride, tokens, kv_heads,
-                    dim, d_pos.as<const int32_t>(), d_seq.as<const int32_t>(), k_pages.store(), v_pages.store(),
-                    nullptr);
+    cuda::kv_append(d_ko.as<const float>() + offset, stride, d_vo.as<const float>() + offset, stride, tokens,
+                    kv_heads, dim, d_pos.as<const int32_t>(), d_seq.as<const int32_t>(), k_pages.store(),
+                    v_pages.store(), nullptr);
     LMX_CUDA_CHECK(cudaDeviceSynchronize());
     for (int s = 0; s < 2; ++s) {
       const std::vector<uint16_t> ks = k_pages.download(s, cap), vs = v_pages.download(s, cap);

@@ -1,13 +1,13 @@
 // GPU tests for the CUDA elementwise op set (lmx/ops/cuda/elementwise.h): each op on fresh random
 // inputs of odd and large shapes, strided and misaligned views, against its CPU twin in lmx::ops.
 // Skipped when no CUDA device is visible.
+#include "lmx/ops/cuda/elementwise.h"
 #include "lmx/core/half.h"
 #include "lmx/ops/cuda/attention.h"
-#include "lmx/ops/cuda/paged_arrays.h"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/device_memory.h"
-#include "lmx/ops/cuda/elementwise.h"
+#include "lmx/ops/cuda/paged_arrays.h"
 #include "lmx/ops/ops.h"
 #include "support/test_support.h"
 
@@ -253,8 +253,9 @@ TEST_F(CudaElementwise, AttentionInputsMatchCpu) {
                                dfreq.as<float>(), stream());
         const std::vector<float> got = down<float>(dx, x.size());
         // k seq 0, k seq 1, v seq 0, v seq 1.
-        const std::vector<std::vector<uint16_t>> got_cache = {k_pages.download(0, capacity), k_pages.download(1, capacity),
-                                                              v_pages.download(0, capacity), v_pages.download(1, capacity)};
+        const std::vector<std::vector<uint16_t>> got_cache = {
+            k_pages.download(0, capacity), k_pages.download(1, capacity), v_pages.download(0, capacity),
+            v_pages.download(1, capacity)};
 
         int bad = 0;
         const int half = head_dim / 2;
@@ -339,7 +340,8 @@ TEST_F(CudaElementwise, AttentionInputsSameBitsForAnyHeadsPerWarp) {
         cuda::attention_inputs(jobs, 3, tokens, head_dim, eps, dpos.as<int32_t>(), dseq.as<int32_t>(),
                                dfreq.as<float>(), stream(), run);
         const std::vector<float> got = down<float>(dx, x.size());
-        const std::vector<std::vector<uint16_t>> caches = {k_cache.download(0, capacity), v_cache.download(0, capacity)};
+        const std::vector<std::vector<uint16_t>> caches = {k_cache.download(0, capacity),
+                                                           v_cache.download(0, capacity)};
         if (run == 1) {
           first_x = got;
           first_caches = caches;

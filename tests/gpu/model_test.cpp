@@ -180,7 +180,8 @@ TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
   // pass turned that kernel off (per_layer_input.fused: scripts/test_gpu.sh).
   const cuda::CudaTuning& tuning = cuda::tuning();
   if (GetParam() == "ple-q4" && tuning.per_layer_input.fused)
-    EXPECT_EQ(direct->backend_counters().fused_per_layer_input_steps, 4 * static_cast<int64_t>(prompt.size() - 7));
+    EXPECT_EQ(direct->backend_counters().fused_per_layer_input_steps,
+              4 * static_cast<int64_t>(prompt.size() - 7));
   else
     EXPECT_EQ(direct->backend_counters().fused_per_layer_input_steps, 0);
   // Every layer of a single-token step runs its attention inputs inside the decode attention kernel, unless a

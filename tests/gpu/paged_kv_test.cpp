@@ -1,6 +1,6 @@
 // The paged KV cache on CUDA through the model: f32 KV (the exactness reference) against transformers' f32
-// goldens at the CPU's tolerance; the demo model's greedy continuations equal the CPU's; block sizes change no
-// bits; forks share blocks and copy a shared partial block on write; pool exhaustion is a typed error that
+// goldens at the CPU's tolerance; the demo model's greedy continuations equal the CPU's; block sizes change
+// no bits; forks share blocks and copy a shared partial block on write; pool exhaustion is a typed error that
 // changes nothing. Skips without a GPU.
 #include "lmx/engine/greedy.h"
 #include "lmx/kv/block_pool.h"
@@ -26,7 +26,8 @@ constexpr float kCpuParityTolerance = 1e-3f;  // tests/parity/transformers_parit
 
 std::vector<int32_t> prompt_of(int length, int vocab, int salt) {
   std::vector<int32_t> ids;
-  for (int i = 0; i < length; ++i) ids.push_back(static_cast<int32_t>(3 + (i * 7919 + salt * 104729) % (vocab - 3)));
+  for (int i = 0; i < length; ++i)
+    ids.push_back(static_cast<int32_t>(3 + (i * 7919 + salt * 104729) % (vocab - 3)));
   return ids;
 }
 
@@ -64,8 +65,8 @@ TEST_P(CudaExactness, F32KvMatchesTransformersAtTheCpuTolerance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ReferenceModels, CudaExactness,
-                         ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4", "tiny-26b-moe-q4",
-                                           "tiny-31b-q4", "models/demo"),
+                         ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4",
+                                           "tiny-26b-moe-q4", "tiny-31b-q4", "models/demo"),
                          test::ParamName());
 
 // The demo model's greedy continuations on CUDA (bf16 KV, the default) are the CPU's.
@@ -102,8 +103,9 @@ TEST_P(CudaPagedModels, BlockSizeChangesNoBits) {
     // Sliding groups hold only the blocks their window reaches (on the device too).
     const KvLayout& layout = model->kv_cache().layout();
     for (int g = 0; g < layout.num_groups(); ++g) {
-      if (layout.group(g).window > 0)
+      if (layout.group(g).window > 0) {
         EXPECT_LE(model->kv_cache().pool().used_blocks(g), (layout.group(g).window - 1) / block + 2) << block;
+      }
     }
   }
   EXPECT_EQ(test::max_abs_diff(results[0], results[1]), 0.0f);
@@ -116,7 +118,8 @@ TEST_P(CudaPagedModels, ForksShareBlocksAndCopyOnWrite) {
   SKIP_WITHOUT_GPU();
   auto model = test::load_model(test::tiny_model_dir(GetParam()), kGpu);
   const int vocab = model->description().vocab_size;
-  const auto prefix = prompt_of(100, vocab, 5), a_tail = prompt_of(30, vocab, 6), b_tail = prompt_of(30, vocab, 7);
+  const auto prefix = prompt_of(100, vocab, 5), a_tail = prompt_of(30, vocab, 6),
+             b_tail = prompt_of(30, vocab, 7);
   auto a = model->new_sequence();
   run(*model, *a, prefix);
   const int64_t used = model->kv_cache().pool().used_bytes();
@@ -139,8 +142,8 @@ TEST_P(CudaPagedModels, ForksShareBlocksAndCopyOnWrite) {
   EXPECT_EQ(test::max_abs_diff(got_c, fresh(70, a_tail)), 0.0f);
 }
 
-// A budget of a few blocks: a step that does not fit throws KvPoolExhausted and appends nothing; after another
-// sequence is gone the same step runs.
+// A budget of a few blocks: a step that does not fit throws KvPoolExhausted and appends nothing; after
+// another sequence is gone the same step runs.
 TEST_P(CudaPagedModels, PoolExhaustionIsTyped) {
   SKIP_WITHOUT_GPU();
   const std::string dir = test::tiny_model_dir(GetParam());

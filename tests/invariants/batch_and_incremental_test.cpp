@@ -17,7 +17,8 @@ class Invariants : public ::testing::TestWithParam<std::string> {
 
   std::vector<int32_t> random_prompt(size_t length) {
     std::vector<int32_t> ids(length);
-    for (auto& id : ids) id = static_cast<int32_t>(3 + test::rng()() % (model_->description().vocab_size - 3));
+    for (auto& id : ids)
+      id = static_cast<int32_t>(3 + test::rng()() % (model_->description().vocab_size - 3));
     ids[0] = 2;
     return ids;
   }

@@ -4,10 +4,10 @@
 #include "lmx/io/model_dir.h"
 #include "lmx/model/convert.h"
 #include "lmx/model/language_model.h"
-#include "support/tiny_models.h"
 #include "lmx/text/chat_template.h"
 #include "lmx/text/tokenizer.h"
 #include "support/test_support.h"
+#include "support/tiny_models.h"
 
 #include <gtest/gtest.h>
 

@@ -1,20 +1,18 @@
 // Invariant 1: lmx's f32 path against transformers' f32 logits and greedy continuations on the tiny
 // reference models (tests/data/models/*, written by tools/make_reference_models.py).
-#include "lmx/io/output_file.h"
 #include "lmx/engine/greedy.h"
 #include "lmx/io/model_dir.h"
+#include "lmx/io/output_file.h"
 #include "lmx/io/safetensors.h"
 #include "lmx/model/language_model.h"
-#include "support/tiny_models.h"
 #include "support/goldens.h"
 #include "support/test_support.h"
+#include "support/tiny_models.h"
 
 #include <gtest/gtest.h>
 
-
 namespace lmx {
 namespace {
-
 
 constexpr float kLogitTolerance = 1e-3f;
 

@@ -49,9 +49,9 @@ bool exists(const std::string& path) {
 
 void copy_path(const std::string& from, const std::string& to) {
   std::error_code ec;
-  std::filesystem::copy(from, to,
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing,
-                        ec);
+  std::filesystem::copy(
+      from, to, std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing,
+      ec);
   check(ec, "cannot copy", from + " to " + to);
 }
 

@@ -75,7 +75,8 @@ std::string tiny_model_dir(const std::string& name) {
   return dir->path();
 }
 
-std::unique_ptr<LanguageModel> load_model(const std::string& dir, const Device& device, const ModelOptions& options) {
+std::unique_ptr<LanguageModel> load_model(const std::string& dir, const Device& device,
+                                          const ModelOptions& options) {
   return LanguageModel::load(dir, make_backend(device), options);
 }
 

@@ -14,7 +14,8 @@ constexpr uid_t kNobody = 65534;
 
 bool drop_privileges() {
   if (::geteuid() != 0) return true;
-  return ::setgroups(0, nullptr) == 0 && ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0 && ::geteuid() == kNobody;
+  return ::setgroups(0, nullptr) == 0 && ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0 &&
+         ::geteuid() == kNobody;
 }
 }  // namespace
 
@@ -49,7 +50,8 @@ std::optional<std::string> run_unprivileged(const std::function<std::string()>& 
   ::close(fds[1]);
   std::string out;
   char buffer[4096];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) out.append(buffer, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;)
+    out.append(buffer, static_cast<size_t>(n));
   ::close(fds[0]);
   int status = 0;
   ::waitpid(pid, &status, 0);

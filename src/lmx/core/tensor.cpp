@@ -110,7 +110,8 @@ void Tensor::check_dtype(DType expected) const {
 }
 
 void Tensor::check_host(const char* what) const {
-  LMX_REQUIRE(InvalidArgument, device().is_cpu(), "{} of a tensor on {}: host tensors only", what, device().name());
+  LMX_REQUIRE(InvalidArgument, device().is_cpu(), "{} of a tensor on {}: host tensors only", what,
+              device().name());
 }
 
 const uint16_t* Tensor::data_u16() const {
@@ -159,9 +160,10 @@ Tensor Tensor::as_strided(Shape shape, Shape strides) const {
     if (shape[i] == 0) last = -1;
     if (last >= 0) last += (shape[i] - 1) * strides[i];
   }
-  LMX_REQUIRE(InvalidArgument,
-              last < 0 || byte_offset_ + static_cast<size_t>(last + 1) * dtype_size(dtype_) <= storage_->bytes(),
-              "as_strided: view {} reaches past the storage", shape_string(shape));
+  LMX_REQUIRE(
+      InvalidArgument,
+      last < 0 || byte_offset_ + static_cast<size_t>(last + 1) * dtype_size(dtype_) <= storage_->bytes(),
+      "as_strided: view {} reaches past the storage", shape_string(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);
   t.strides_ = std::move(strides);

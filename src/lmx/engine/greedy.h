@@ -23,7 +23,7 @@ struct GreedyResult {
   double prefill_seconds = 0;   // prompt forward(s), through the first token's logits
   double decode_seconds = 0;    // every later step
   int prompt_tokens = 0;
-  size_t kv_bytes = 0;          // KV blocks the sequence held at the end
+  size_t kv_bytes = 0;  // KV blocks the sequence held at the end
 };
 
 // Runs the prompt through a fresh sequence of `model` and decodes greedily. The prompt must be

@@ -54,7 +54,8 @@ std::optional<std::pair<int, uint64_t>> open_regular(const std::string& path, bo
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw IoError(fmt::format("cannot read {}: it is {}, not a regular file", path, file_type_name(st.st_mode)));
+    throw IoError(
+        fmt::format("cannot read {}: it is {}, not a regular file", path, file_type_name(st.st_mode)));
   }
   return std::pair{fd, static_cast<uint64_t>(st.st_size)};
 }
@@ -63,20 +64,28 @@ std::optional<std::pair<int, uint64_t>> open_regular(const std::string& path, bo
 
 uint64_t input_size_cap(InputKind kind) {
   switch (kind) {
-    case InputKind::kConfig: return 64 * kMiB;
-    case InputKind::kTokenizer: return 256 * kMiB;
-    case InputKind::kTemplate: return 16 * kMiB;
-    case InputKind::kUserData: return 256 * kMiB;
+    case InputKind::kConfig:
+      return 64 * kMiB;
+    case InputKind::kTokenizer:
+      return 256 * kMiB;
+    case InputKind::kTemplate:
+      return 16 * kMiB;
+    case InputKind::kUserData:
+      return 256 * kMiB;
   }
   return 0;
 }
 
 const char* input_kind_name(InputKind kind) {
   switch (kind) {
-    case InputKind::kConfig: return "config file";
-    case InputKind::kTokenizer: return "tokenizer file";
-    case InputKind::kTemplate: return "template file";
-    case InputKind::kUserData: return "input file";
+    case InputKind::kConfig:
+      return "config file";
+    case InputKind::kTokenizer:
+      return "tokenizer file";
+    case InputKind::kTemplate:
+      return "template file";
+    case InputKind::kUserData:
+      return "input file";
   }
   return "file";
 }

@@ -119,8 +119,8 @@ ModelConfigFiles parse_model_config(std::string_view text, const std::string& di
                        kind_name(files.root));
   auto text_config = files.root.find("text_config");
   if (text_config != files.root.end() && !text_config->is_null()) {
-    LMX_REQUIRE(ConfigError, text_config->is_object(), "{}: 'text_config' must be an object, got {}", files.path,
-                         kind_name(*text_config));
+    LMX_REQUIRE(ConfigError, text_config->is_object(), "{}: 'text_config' must be an object, got {}",
+                files.path, kind_name(*text_config));
     files.text = *text_config;
   } else {
     files.text = files.root;

@@ -67,7 +67,8 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
                                     name, json_preview(dim)));
     info.shape.push_back(static_cast<int64_t>(*d));
     if (__builtin_mul_overflow(numel, static_cast<int64_t>(*d), &numel))
-      throw FormatError(fmt::format("{}: tensor '{}': shape {} overflows", path, name, json_preview(*shape_it)));
+      throw FormatError(
+          fmt::format("{}: tensor '{}': shape {} overflows", path, name, json_preview(*shape_it)));
   }
   uint64_t need = 0;
   if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(info.dtype), &need))
@@ -244,8 +245,8 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
       if (found == shard_index.end()) {
         const std::string shard_path = join_path(dir, shard);
         LMX_REQUIRE(FormatError, path_exists(shard_path),
-                             "{}: shard '{}' (holding tensor '{}') does not exist in {}", index_name, shard,
-                             name, dir);
+                    "{}: shard '{}' (holding tensor '{}') does not exist in {}", index_name, shard, name,
+                    dir);
         found = shard_index.emplace(shard, ck.files_.size()).first;
         ck.files_.push_back(SafetensorsFile::open(shard_path));
       }
@@ -262,7 +263,7 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
     for (const std::string& name : list_directory(dir))
       if (ends_with(name, ".safetensors")) paths.push_back(join_path(dir, name));
     LMX_REQUIRE(IoError, !paths.empty(),
-                     "{}: no model.safetensors, model.safetensors.index.json or *.safetensors files", dir);
+                "{}: no model.safetensors, model.safetensors.index.json or *.safetensors files", dir);
     for (const auto& p : paths) add_whole_file(SafetensorsFile::open(p));
   }
   return ck;

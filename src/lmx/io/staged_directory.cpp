@@ -87,7 +87,8 @@ StagedDirectory::StagedDirectory(const std::string& target, bool replace)
       break;
     }
     if (errno != EEXIST || attempt > 100)
-      throw IoError(fmt::format("cannot create a staging directory beside {}: {}", target_, std::strerror(errno)));
+      throw IoError(
+          fmt::format("cannot create a staging directory beside {}: {}", target_, std::strerror(errno)));
   }
 }
 

@@ -9,7 +9,8 @@ namespace lmx {
 KvPoolExhausted::KvPoolExhausted(size_t needed_bytes, size_t budget_bytes, std::string what)
     : Error(std::move(what)), needed_bytes_(needed_bytes), budget_bytes_(budget_bytes) {}
 
-KvBlockPool::KvBlockPool(std::vector<size_t> group_block_bytes, size_t budget_bytes, std::shared_ptr<KvMemory> memory)
+KvBlockPool::KvBlockPool(std::vector<size_t> group_block_bytes, size_t budget_bytes,
+                         std::shared_ptr<KvMemory> memory)
     : block_bytes_(std::move(group_block_bytes)), budget_bytes_(budget_bytes), memory_(std::move(memory)) {
   LMX_REQUIRE(InvalidArgument, memory_ != nullptr, "KV block pool: no memory");
   for (size_t g = 0; g < block_bytes_.size(); ++g)
@@ -24,7 +25,8 @@ KvBlockPool::~KvBlockPool() {
 }
 
 const KvBlockPool::Record& KvBlockPool::record(KvBlockId id) const {
-  LMX_REQUIRE(InvalidArgument, id >= 0 && static_cast<size_t>(id) < records_.size() && records_[id].data != nullptr,
+  LMX_REQUIRE(InvalidArgument,
+              id >= 0 && static_cast<size_t>(id) < records_.size() && records_[id].data != nullptr,
               "KV block {} does not exist", id);
   return records_[static_cast<size_t>(id)];
 }
@@ -35,13 +37,14 @@ KvBlockPool::Record& KvBlockPool::record(KvBlockId id) {
 
 size_t KvBlockPool::used_bytes() const {
   size_t total = 0;
-  for (size_t g = 0; g < block_bytes_.size(); ++g) total += static_cast<size_t>(used_blocks_[g]) * block_bytes_[g];
+  for (size_t g = 0; g < block_bytes_.size(); ++g)
+    total += static_cast<size_t>(used_blocks_[g]) * block_bytes_[g];
   return total;
 }
 
 bool KvBlockPool::can_allocate(std::span<const int64_t> blocks) const {
-  LMX_REQUIRE(InvalidArgument, blocks.size() == block_bytes_.size(), "KV block pool: {} group counts for {} groups",
-              blocks.size(), block_bytes_.size());
+  LMX_REQUIRE(InvalidArgument, blocks.size() == block_bytes_.size(),
+              "KV block pool: {} group counts for {} groups", blocks.size(), block_bytes_.size());
   size_t needed = 0, reclaimable = 0;
   for (size_t g = 0; g < blocks.size(); ++g) {
     const int64_t reuse = std::min<int64_t>(blocks[g], static_cast<int64_t>(free_[g].size()));
@@ -80,9 +83,10 @@ KvBlockId KvBlockPool::allocate(int group) {
   } else {
     const size_t bytes = block_bytes_[g];
     auto exhausted = [&] {
-      return KvPoolExhausted(bytes, budget_bytes_,
-                             fmt::format("KV cache full: a {}-byte block does not fit ({} of {} bytes in use on {})",
-                                         bytes, used_bytes(), budget_bytes_, memory_->name()));
+      return KvPoolExhausted(
+          bytes, budget_bytes_,
+          fmt::format("KV cache full: a {}-byte block does not fit ({} of {} bytes in use on {})", bytes,
+                      used_bytes(), budget_bytes_, memory_->name()));
     };
     if (!make_room(bytes, group)) throw exhausted();
     void* data = memory_->allocate(bytes);

@@ -63,7 +63,9 @@ class KvBlockPool {
   // Bytes of blocks some sequence references.
   size_t used_bytes() const;
   int64_t used_blocks(int group) const { return used_blocks_.at(static_cast<size_t>(group)); }
-  int64_t free_blocks(int group) const { return static_cast<int64_t>(free_.at(static_cast<size_t>(group)).size()); }
+  int64_t free_blocks(int group) const {
+    return static_cast<int64_t>(free_.at(static_cast<size_t>(group)).size());
+  }
   const KvMemory& memory() const { return *memory_; }
 
  private:

@@ -17,13 +17,15 @@ HostKvStep::HostKvStep(const KvCache& cache, std::span<const KvRow> rows) : cach
   }
   for (int g = 0; g < layout.num_groups(); ++g) {
     int64_t stride = 1;
-    for (const KvRow& row : rows) stride = std::max<int64_t>(stride, static_cast<int64_t>(row.sequence->blocks(g).size()));
+    for (const KvRow& row : rows)
+      stride = std::max<int64_t>(stride, static_cast<int64_t>(row.sequence->blocks(g).size()));
     std::vector<const void*> table(rows.size() * static_cast<size_t>(stride), nullptr);
     std::vector<int32_t> first;
     for (size_t r = 0; r < rows.size(); ++r) {
       first.push_back(static_cast<int32_t>(rows[r].sequence->first_block(g)));
       const auto blocks = rows[r].sequence->blocks(g);
-      for (size_t i = 0; i < blocks.size(); ++i) table[r * static_cast<size_t>(stride) + i] = cache.pool().data(blocks[i]);
+      for (size_t i = 0; i < blocks.size(); ++i)
+        table[r * static_cast<size_t>(stride) + i] = cache.pool().data(blocks[i]);
     }
     blocks_.push_back(std::move(table));
     first_block_.push_back(std::move(first));

@@ -25,8 +25,8 @@ class HostKvStep {
   const KvCache& cache_;
   PagedKvStep step_;
   std::vector<int32_t> positions_, rows_, kv_len_;
-  std::vector<std::vector<int32_t>> first_block_;    // per group
-  std::vector<std::vector<const void*>> blocks_;     // per group [rows × stride]
+  std::vector<std::vector<int32_t>> first_block_;  // per group
+  std::vector<std::vector<const void*>> blocks_;   // per group [rows × stride]
   std::vector<int64_t> strides_;
 };
 

@@ -30,7 +30,9 @@ std::vector<size_t> group_block_bytes(const KvLayout& layout) {
   return bytes;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 }  // namespace
 
 // ---- KvSequence --------------------------------------------------------------------------------------
@@ -72,10 +74,10 @@ std::string KvSequence::truncate_refusal(int64_t new_length) const {
     const int64_t needed_from = std::max<int64_t>(0, new_length - window + 1);
     if (first_stored_position(g) > needed_from)
       return fmt::format(
-          "cannot rewind to {}: the layers of window {} (e.g. layer {}) released positions before {}, and a query at "
-          "{} attends to positions from {}",
-          new_length, window, layout.layer(layout.group(g).layers.front()).model_layer, first_stored_position(g),
-          new_length, needed_from);
+          "cannot rewind to {}: the layers of window {} (e.g. layer {}) released positions before {}, "
+          "and a query at {} attends to positions from {}",
+          new_length, window, layout.layer(layout.group(g).layers.front()).model_layer,
+          first_stored_position(g), new_length, needed_from);
   }
   return {};
 }
@@ -101,14 +103,21 @@ KvCache::KvCache(std::span<const KvLayerGeometry> model_layers, const KvCacheOpt
   KvLayout layout(model_layers, options.codec, options.block_tokens);
   const size_t budget = options.budget_bytes > 0 ? options.budget_bytes : default_budget(layout, *memory);
   std::vector<size_t> bytes = group_block_bytes(layout);
-  shared_ = std::make_shared<KvSequence::Shared>(std::move(layout), std::move(bytes), budget, std::move(memory));
+  shared_ =
+      std::make_shared<KvSequence::Shared>(std::move(layout), std::move(bytes), budget, std::move(memory));
 }
 
 KvCache::~KvCache() = default;
 
-const KvLayout& KvCache::layout() const { return shared_->layout; }
-const KvBlockPool& KvCache::pool() const { return shared_->pool; }
-KvBlockPool& KvCache::pool() { return shared_->pool; }
+const KvLayout& KvCache::layout() const {
+  return shared_->layout;
+}
+const KvBlockPool& KvCache::pool() const {
+  return shared_->pool;
+}
+KvBlockPool& KvCache::pool() {
+  return shared_->pool;
+}
 
 std::unique_ptr<KvSequence> KvCache::new_sequence() const {
   return std::unique_ptr<KvSequence>(new KvSequence(shared_));
@@ -122,7 +131,8 @@ KvSequence& KvCache::own(Sequence* sequence) const {
 }
 
 std::unique_ptr<KvSequence> KvCache::fork(const KvSequence& source, int64_t length) const {
-  LMX_REQUIRE(InvalidArgument, source.shared_ == shared_, "fork: the sequence belongs to another model or backend");
+  LMX_REQUIRE(InvalidArgument, source.shared_ == shared_,
+              "fork: the sequence belongs to another model or backend");
   const std::string refusal = source.truncate_refusal(length);
   LMX_REQUIRE(InvalidArgument, refusal.empty(), "fork at {}: {}", length, refusal);
   auto seq = new_sequence();
@@ -148,7 +158,8 @@ void KvCache::prepare(std::span<const KvRow> rows) {
     LMX_REQUIRE(InvalidArgument, rows[r].sequence != nullptr && rows[r].sequence->shared_ == shared_,
                 "step row {}: the sequence belongs to another model or backend", r);
     LMX_REQUIRE(InvalidArgument, rows[r].new_tokens > 0, "step row {} has no tokens", r);
-    LMX_REQUIRE(InvalidArgument, seen.insert(rows[r].sequence).second, "step row {}: its sequence is in two rows", r);
+    LMX_REQUIRE(InvalidArgument, seen.insert(rows[r].sequence).second,
+                "step row {}: its sequence is in two rows", r);
   }
   const KvLayout& lay = layout();
   KvBlockPool& pool = shared_->pool;
@@ -162,7 +173,8 @@ void KvCache::prepare(std::span<const KvRow> rows) {
       KvSequence::Table& t = seq.tables_[static_cast<size_t>(g)];
       if (window <= 0 || t.blocks.empty()) continue;
       const int64_t keep_from_block = std::max<int64_t>(0, seq.length_ - window + 1) / block_tokens;
-      const int64_t drop = std::clamp<int64_t>(keep_from_block - t.first_block, 0, static_cast<int64_t>(t.blocks.size()));
+      const int64_t drop =
+          std::clamp<int64_t>(keep_from_block - t.first_block, 0, static_cast<int64_t>(t.blocks.size()));
       for (int64_t i = 0; i < drop; ++i) pool.release(t.blocks[static_cast<size_t>(i)]);
       t.blocks.erase(t.blocks.begin(), t.blocks.begin() + drop);
       t.first_block += drop;
@@ -172,25 +184,31 @@ void KvCache::prepare(std::span<const KvRow> rows) {
   std::vector<int64_t> needed(static_cast<size_t>(lay.num_groups()), 0);
   for (const KvRow& row : rows) {
     const KvSequence& seq = *row.sequence;
-    const int64_t first = seq.length_ / block_tokens, end = ceil_div(seq.length_ + row.new_tokens, block_tokens);
+    const int64_t first = seq.length_ / block_tokens,
+                  end = ceil_div(seq.length_ + row.new_tokens, block_tokens);
     for (int g = 0; g < lay.num_groups(); ++g) {
       const KvSequence::Table& t = seq.tables_[static_cast<size_t>(g)];
-      const int64_t have_end = t.blocks.empty() ? first : t.first_block + static_cast<int64_t>(t.blocks.size());
+      const int64_t have_end =
+          t.blocks.empty() ? first : t.first_block + static_cast<int64_t>(t.blocks.size());
       needed[static_cast<size_t>(g)] += std::max<int64_t>(0, end - std::max(have_end, first));
       for (int64_t b = std::max(first, t.first_block); b < std::min(end, have_end); ++b)
-        if (pool.refcount(t.blocks[static_cast<size_t>(b - t.first_block)]) > 1) ++needed[static_cast<size_t>(g)];
+        if (pool.refcount(t.blocks[static_cast<size_t>(b - t.first_block)]) > 1)
+          ++needed[static_cast<size_t>(g)];
     }
   }
   if (!pool.can_allocate(needed)) {
     size_t bytes = 0;
-    for (int g = 0; g < lay.num_groups(); ++g) bytes += static_cast<size_t>(needed[static_cast<size_t>(g)]) * lay.group(g).block_bytes;
-    throw KvPoolExhausted(bytes, pool.budget_bytes(),
-                          fmt::format("KV cache full: the step needs {} more bytes of blocks ({} of {} bytes in use on {})",
-                                      bytes, pool.used_bytes(), pool.budget_bytes(), pool.memory().name()));
+    for (int g = 0; g < lay.num_groups(); ++g)
+      bytes += static_cast<size_t>(needed[static_cast<size_t>(g)]) * lay.group(g).block_bytes;
+    throw KvPoolExhausted(
+        bytes, pool.budget_bytes(),
+        fmt::format("KV cache full: the step needs {} more bytes of blocks ({} of {} bytes in use on {})",
+                    bytes, pool.used_bytes(), pool.budget_bytes(), pool.memory().name()));
   }
   for (const KvRow& row : rows) {
     KvSequence& seq = *row.sequence;
-    const int64_t first = seq.length_ / block_tokens, end = ceil_div(seq.length_ + row.new_tokens, block_tokens);
+    const int64_t first = seq.length_ / block_tokens,
+                  end = ceil_div(seq.length_ + row.new_tokens, block_tokens);
     for (int g = 0; g < lay.num_groups(); ++g) {
       KvSequence::Table& t = seq.tables_[static_cast<size_t>(g)];
       if (t.blocks.empty()) t.first_block = first;

@@ -18,7 +18,8 @@ KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec,
       LMX_REQUIRE(InvalidArgument, static_cast<size_t>(g.donor) < i && model_layers[g.donor].donor < 0,
                   "KV layer {}: donor {} is not an earlier layer that owns KV", i, g.donor);
       const KvLayerGeometry& d = model_layers[g.donor];
-      LMX_REQUIRE(InvalidArgument, d.num_kv_heads == g.num_kv_heads && d.head_dim == g.head_dim && d.window == g.window,
+      LMX_REQUIRE(InvalidArgument,
+                  d.num_kv_heads == g.num_kv_heads && d.head_dim == g.head_dim && d.window == g.window,
                   "KV layer {}: its geometry differs from its donor {}'s", i, g.donor);
       cache_of_model_layer_.push_back(cache_of_model_layer_[static_cast<size_t>(g.donor)]);
       continue;

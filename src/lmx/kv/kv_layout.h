@@ -52,7 +52,9 @@ class KvLayout {
   KvCodec codec() const { return codec_; }
 
   // The cache layer model layer `layer` appends to or (when it shares KV) reads its donor's.
-  int cache_layer_of(int model_layer) const { return cache_of_model_layer_.at(static_cast<size_t>(model_layer)); }
+  int cache_layer_of(int model_layer) const {
+    return cache_of_model_layer_.at(static_cast<size_t>(model_layer));
+  }
   // Whether model layer `layer` owns its cache layer (appends to it).
   bool owns_cache(int model_layer) const;
   const KvCacheLayer& layer(int cache_layer) const { return layers_.at(static_cast<size_t>(cache_layer)); }
@@ -63,7 +65,8 @@ class KvLayout {
   std::string signature(int cache_layer) const;
   // KV bytes one token takes in every cache layer (keys and values).
   size_t bytes_per_token() const;
-  // What attention kernels read of cache layer `cache_layer`: its group's step tables and its place in a block.
+  // What attention kernels read of cache layer `cache_layer`: its group's step tables and its place in a
+  // block.
   PagedKvLayer view(int cache_layer, const PagedKvTables& group_tables) const;
 
  private:

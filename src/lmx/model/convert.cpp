@@ -4,11 +4,11 @@
 #include "lmx/core/error.h"
 #include "lmx/io/directory.h"
 #include "lmx/io/input_file.h"
+#include "lmx/io/model_dir.h"
 #include "lmx/io/output_file.h"
+#include "lmx/io/safetensors.h"
 #include "lmx/io/sharded_writer.h"
 #include "lmx/io/staged_directory.h"
-#include "lmx/io/model_dir.h"
-#include "lmx/io/safetensors.h"
 #include "lmx/model/quantization_config.h"
 #include "lmx/model/registry.h"
 #include "lmx/quant/affine.h"
@@ -161,10 +161,14 @@ void convert_checkpoint(const std::string& in_dir, const std::string& out_dir, c
   // Files copied beside the weights, each read as the loaders read it (regular files, size caps).
   std::vector<std::pair<std::string, std::string>> copies;
   for (auto [file, kind] : {std::pair{"generation_config.json", InputKind::kConfig},
-                            {"tokenizer.json", InputKind::kTokenizer}, {"tokenizer_config.json", InputKind::kConfig},
-                            {"special_tokens_map.json", InputKind::kConfig}, {"chat_template.jinja", InputKind::kTemplate},
-                            {"chat_template.json", InputKind::kConfig}, {"tokenizer.model", InputKind::kTokenizer}})
-    if (auto bytes = read_input_file_if_exists(join_path(in_dir, file), kind)) copies.emplace_back(file, std::move(*bytes));
+                            {"tokenizer.json", InputKind::kTokenizer},
+                            {"tokenizer_config.json", InputKind::kConfig},
+                            {"special_tokens_map.json", InputKind::kConfig},
+                            {"chat_template.jinja", InputKind::kTemplate},
+                            {"chat_template.json", InputKind::kConfig},
+                            {"tokenizer.model", InputKind::kTokenizer}})
+    if (auto bytes = read_input_file_if_exists(join_path(in_dir, file), kind))
+      copies.emplace_back(file, std::move(*bytes));
 
   StagedDirectory staged(out_dir, replace_existing);
   ShardedWriter shards(staged.path());

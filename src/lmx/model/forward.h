@@ -24,8 +24,8 @@ constexpr int kFirstFamilySlot = 1;
 struct StepView {
   Backend* backend = nullptr;
   int64_t tokens = 0, rows = 0;
-  bool all_positions = false;  // logits for every token, else for each row's last token
-  int64_t out_rows = 0;        // tokens when all_positions, else rows
+  bool all_positions = false;       // logits for every token, else for each row's last token
+  int64_t out_rows = 0;             // tokens when all_positions, else rows
   std::vector<int64_t> last_index;  // host: each row's last token's index in the step
   Tensor ids, positions;            // [tokens] int32
   std::vector<Tensor> extras;       // the family's per-token int32 arrays (ModelForward::extra_token_arrays)

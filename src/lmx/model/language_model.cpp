@@ -20,7 +20,9 @@ int64_t next_pow2(int64_t v) {
   return p;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 }  // namespace
 
 PagedKvLayer StepView::kv_layer(int layer) const {
@@ -47,9 +49,11 @@ std::unique_ptr<LanguageModel> LanguageModel::load(const std::string& dir, std::
 LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_ptr<Backend> backend,
                              const ModelOptions& options)
     : backend_(std::move(backend)), forward_(std::move(forward)), use_graphs_(options.use_graphs) {
-  LMX_REQUIRE(InvalidArgument, backend_ != nullptr && forward_ != nullptr, "a model needs a backend and a forward");
+  LMX_REQUIRE(InvalidArgument, backend_ != nullptr && forward_ != nullptr,
+              "a model needs a backend and a forward");
   KvCacheOptions kv;
-  kv.codec = options.kv_codec.value_or(KvCodec(backend_->device().is_cpu() ? KvCodecKind::kF32 : KvCodecKind::kBf16));
+  kv.codec = options.kv_codec.value_or(
+      KvCodec(backend_->device().is_cpu() ? KvCodecKind::kF32 : KvCodecKind::kBf16));
   // The f32 KV cache is the exactness reference: every op of the backend computes in f32 then.
   backend_->set_exact(kv.codec.kind() == KvCodecKind::kF32);
   forward_->prepare(*backend_);
@@ -62,7 +66,9 @@ LanguageModel::~LanguageModel() {
   if (backend_) backend_->drop_graphs();
 }
 
-std::unique_ptr<Sequence> LanguageModel::new_sequence() { return kv_->new_sequence(); }
+std::unique_ptr<Sequence> LanguageModel::new_sequence() {
+  return kv_->new_sequence();
+}
 
 std::unique_ptr<Sequence> LanguageModel::fork(Sequence& source, int64_t length) {
   return kv_->fork(kv_->own(&source), length);
@@ -79,15 +85,17 @@ LanguageModel::Plan LanguageModel::plan(std::span<const StepRow> rows, bool all_
   p.all_positions = all_positions;
   std::unordered_set<const Sequence*> seen;
   for (size_t r = 0; r < rows.size(); ++r) {
-    LMX_REQUIRE(InvalidArgument, rows[r].sequence != nullptr && !rows[r].tokens.empty(), "forward: row {} has no tokens",
-                r);
+    LMX_REQUIRE(InvalidArgument, rows[r].sequence != nullptr && !rows[r].tokens.empty(),
+                "forward: row {} has no tokens", r);
     KvSequence& seq = kv_->own(rows[r].sequence);
-    LMX_REQUIRE(InvalidArgument, seen.insert(&seq).second, "forward: row {} repeats a sequence of the step", r);
+    LMX_REQUIRE(InvalidArgument, seen.insert(&seq).second, "forward: row {} repeats a sequence of the step",
+                r);
     for (int32_t id : rows[r].tokens)
-      LMX_REQUIRE(InvalidArgument, id >= 0 && id < vocab, "token id {} out of range [0, {}) in row {}", id, vocab, r);
+      LMX_REQUIRE(InvalidArgument, id >= 0 && id < vocab, "token id {} out of range [0, {}) in row {}", id,
+                  vocab, r);
     const int64_t n = static_cast<int64_t>(rows[r].tokens.size());
-    LMX_REQUIRE(InvalidArgument, seq.length() + n <= (int64_t{1} << 30), "forward: row {} would hold {} tokens", r,
-                seq.length() + n);
+    LMX_REQUIRE(InvalidArgument, seq.length() + n <= (int64_t{1} << 30),
+                "forward: row {} would hold {} tokens", r, seq.length() + n);
     p.kv_rows.push_back({&seq, n});
     p.tokens.push_back(rows[r].tokens);
     p.tokens_total += n;
@@ -107,13 +115,14 @@ StepView LanguageModel::stage(const Plan& p) {
   // (a sliding group holds at most the blocks of its window and one step), so that replays keep the layout.
   std::vector<int64_t> widths(static_cast<size_t>(groups), 0);
   for (int g = 0; g < groups; ++g) {
-    for (const KvRow& r : p.kv_rows) widths[g] = std::max<int64_t>(widths[g], static_cast<int64_t>(r.sequence->blocks(g).size()));
+    for (const KvRow& r : p.kv_rows)
+      widths[g] = std::max<int64_t>(widths[g], static_cast<int64_t>(r.sequence->blocks(g).size()));
     if (p.graphed) {
       const int window = layout.group(g).window;
       int64_t bound = ceil_div(p.max_kv_len, block_tokens);
       if (window > 0) bound = std::min(bound, (window - 1) / block_tokens + 2);
-      LMX_REQUIRE(InvalidArgument, widths[g] <= bound, "internal: a graphed row holds {} blocks, more than {}",
-                  widths[g], bound);
+      LMX_REQUIRE(InvalidArgument, widths[g] <= bound,
+                  "internal: a graphed row holds {} blocks, more than {}", widths[g], bound);
       widths[g] = bound;
     }
   }
@@ -151,7 +160,8 @@ StepView LanguageModel::stage(const Plan& p) {
       const KvSequence& seq = *p.kv_rows[static_cast<size_t>(r)].sequence;
       first_block[g * s + r] = static_cast<int32_t>(seq.first_block(g));
       const auto blocks = seq.blocks(g);
-      for (size_t i = 0; i < blocks.size(); ++i) table[r * widths[g] + static_cast<int64_t>(i)] = kv_->pool().data(blocks[i]);
+      for (size_t i = 0; i < blocks.size(); ++i)
+        table[r * widths[g] + static_cast<int64_t>(i)] = kv_->pool().data(blocks[i]);
     }
     table_at += static_cast<size_t>(s * widths[g]) * sizeof(void*);
   }
@@ -159,7 +169,8 @@ StepView LanguageModel::stage(const Plan& p) {
   const Tensor inputs = backend_->stage(kStepInputsSlot, staging_);
   auto* base = static_cast<std::byte*>(inputs.raw_data());
   auto ints_at = [&](const int32_t* host) {
-    return reinterpret_cast<const int32_t*>(base + (reinterpret_cast<const std::byte*>(host) - staging_.data()));
+    return reinterpret_cast<const int32_t*>(base +
+                                            (reinterpret_cast<const std::byte*>(host) - staging_.data()));
   };
   const size_t inputs_offset = static_cast<size_t>(base - inputs.storage()->data());
   auto int_tensor = [&](const int32_t* host, int64_t n) {

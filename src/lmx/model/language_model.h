@@ -12,8 +12,8 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,8 +30,8 @@ struct StepRow {
 struct ModelOptions {
   // The KV codec; unset: f32 on the CPU, bf16 on CUDA.
   std::optional<KvCodec> kv_codec;
-  int kv_block_tokens = 0;      // 0: kDefaultKvBlockTokens
-  size_t kv_budget_bytes = 0;   // 0: KvCacheOptions' default share of the backend's free memory
+  int kv_block_tokens = 0;     // 0: kDefaultKvBlockTokens
+  size_t kv_budget_bytes = 0;  // 0: KvCacheOptions' default share of the backend's free memory
   // Record single-token steps as graphs and replay them (backends that support it), one per
   // power-of-two bucket of KV length.
   bool use_graphs = true;

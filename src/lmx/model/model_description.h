@@ -20,7 +20,7 @@ struct ModelDescription {
   // Longest sequence the model was trained for (config.json's max_position_embeddings); 0 when unknown.
   int64_t context_length = 0;
   std::optional<int> bos_token_id, pad_token_id;
-  std::vector<int> eos_token_ids;  // config.json's eos_token_id (one id or a list)
+  std::vector<int> eos_token_ids;          // config.json's eos_token_id (one id or a list)
   std::vector<KvLayerGeometry> kv_layers;  // one per decoder layer
 };
 

@@ -45,7 +45,8 @@ std::unique_ptr<ModelForward> open_model_family(const std::string& dir) {
       if (!model_type.empty() && model_type == f.model_type) return f.open(files, dir);
   std::string known;
   for (const std::string& t : known_model_types()) known += (known.empty() ? "" : ", ") + t;
-  throw Unsupported(fmt::format("{}: unknown architecture (model_type '{}'); lmx runs {}", files.path, root_type, known));
+  throw Unsupported(
+      fmt::format("{}: unknown architecture (model_type '{}'); lmx runs {}", files.path, root_type, known));
 }
 
 }  // namespace lmx

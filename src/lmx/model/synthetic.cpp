@@ -160,15 +160,30 @@ nlohmann::json gemma4_preset_config(const std::string& name) {
               {"hidden_size_per_layer_input", 256}});
     c["layer_types"] = layer_types(42, 6);
   } else if (name == "gemma4-26b-a4b") {
-    c.update({{"hidden_size", 2816}, {"num_hidden_layers", 30}, {"num_attention_heads", 16}, {"num_key_value_heads", 8},
-              {"num_global_key_value_heads", 2}, {"attention_k_eq_v", true}, {"intermediate_size", 2112},
-              {"sliding_window", 1024}, {"enable_moe_block", true}, {"num_experts", 128}, {"top_k_experts", 8},
-              {"moe_intermediate_size", 704}, {"max_position_embeddings", 262144}});
+    c.update({{"hidden_size", 2816},
+              {"num_hidden_layers", 30},
+              {"num_attention_heads", 16},
+              {"num_key_value_heads", 8},
+              {"num_global_key_value_heads", 2},
+              {"attention_k_eq_v", true},
+              {"intermediate_size", 2112},
+              {"sliding_window", 1024},
+              {"enable_moe_block", true},
+              {"num_experts", 128},
+              {"top_k_experts", 8},
+              {"moe_intermediate_size", 704},
+              {"max_position_embeddings", 262144}});
     c["layer_types"] = layer_types(30, 6);
   } else if (name == "gemma4-31b") {
-    c.update({{"hidden_size", 5376}, {"num_hidden_layers", 60}, {"num_attention_heads", 32}, {"num_key_value_heads", 16},
-              {"num_global_key_value_heads", 4}, {"attention_k_eq_v", true}, {"intermediate_size", 21504},
-              {"sliding_window", 1024}, {"max_position_embeddings", 262144}});
+    c.update({{"hidden_size", 5376},
+              {"num_hidden_layers", 60},
+              {"num_attention_heads", 32},
+              {"num_key_value_heads", 16},
+              {"num_global_key_value_heads", 4},
+              {"attention_k_eq_v", true},
+              {"intermediate_size", 21504},
+              {"sliding_window", 1024},
+              {"max_position_embeddings", 262144}});
     c["layer_types"] = layer_types(60, 6);
   } else {
     std::string known;

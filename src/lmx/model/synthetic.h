@@ -14,7 +14,8 @@ struct QuantizeOptions;
 // Names accepted by gemma4_preset_config.
 std::vector<std::string> gemma4_preset_names();
 // The config.json (Gemma4ForCausalLM text export) of a named preset with the released shapes and
-// context lengths: gemma4-e2b, gemma4-e4b (131072), gemma4-26b-a4b, gemma4-31b (262144). Throws InvalidArgument for an unknown name.
+// context lengths: gemma4-e2b, gemma4-e4b (131072), gemma4-26b-a4b, gemma4-31b (262144). Throws
+// InvalidArgument for an unknown name.
 nlohmann::json gemma4_preset_config(const std::string& name);
 
 // A preset's config cut to its first `layers` layers (1 .. its num_hidden_layers), for quick benchmark

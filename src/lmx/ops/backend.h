@@ -154,13 +154,14 @@ class Backend {
   virtual void moe_route(const Tensor& logits, int top_k, const Tensor* per_expert_scale, Tensor& experts,
                          Tensor& weights) = 0;
   // ops::moe_experts.
-  virtual void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, const BackendExperts& w,
-                           Tensor& out) = 0;
+  virtual void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights,
+                           const BackendExperts& w, Tensor& out) = 0;
   // out[r] = index of the first maximum of row r of x [R, V].
   virtual void argmax_rows(const Tensor& x, Tensor& out) = 0;
   // Appends the step's keys and values [T, kv_heads · head_dim] of one cache layer (kv.layer) at the
   // tokens' positions, in the layer's codec.
-  virtual void kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k, const Tensor& v) = 0;
+  virtual void kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k,
+                         const Tensor& v) = 0;
   // Attention of the step's queries q [T, heads · head_dim] over each row's stored keys of one cache layer
   // (this step's included), causal and windowed by position; out like q.
   virtual void attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale,
@@ -173,25 +174,28 @@ class Backend {
     return false;
   }
   // out = (gelu_tanh(gate) · up) · Wᵀ; gate's contents afterwards are unspecified.
-  virtual bool linear_gelu(Tensor& gate, const Tensor& up, const BackendWeight& w, Tensor& out) { return false; }
+  virtual bool linear_gelu(Tensor& gate, const Tensor& up, const BackendWeight& w, Tensor& out) {
+    return false;
+  }
   // With W = [gate; up] ([2I, K]): out[:, 0:I] = gelu_tanh(x·gateᵀ) · (x·upᵀ); out[:, I:2I] unspecified.
   virtual bool linear_geglu(const Tensor& x, const BackendWeight& gate_up, Tensor& out) { return false; }
   // The MoE block's input norms: r = rms_norm(x); routed = r · router_scale · router_mul; expert_in =
   // r · expert_norm.
-  virtual bool moe_inputs(const Tensor& x, const Tensor* router_scale, float router_mul, const Tensor* expert_norm,
-                          float eps, Tensor& routed, Tensor& expert_in) {
+  virtual bool moe_inputs(const Tensor& x, const Tensor* router_scale, float router_mul,
+                          const Tensor* expert_norm, float eps, Tensor& routed, Tensor& expert_in) {
     return false;
   }
   // moe_experts whose combine also applies `norms`. ids_early: the expert ids were written two or more ops
   // before this call (a backend may read them early).
   virtual bool moe_experts_normed(const Tensor& x, const Tensor& experts, const Tensor& weights,
-                                  const BackendExperts& w, Tensor& out, const MoeOutputNorms& norms, bool ids_early) {
+                                  const BackendExperts& w, Tensor& out, const MoeOutputNorms& norms,
+                                  bool ids_early) {
     return false;
   }
   virtual bool per_layer_input_step(const PerLayerInputStep& step) { return false; }
   // attention_inputs' work, the append and attention(step, kv, inputs.q, scale, out).
-  virtual bool attention_with_inputs(const PagedKvStep& step, const PagedKvLayer& kv, const AttentionInputs& inputs,
-                                     float scale, Tensor& out) {
+  virtual bool attention_with_inputs(const PagedKvStep& step, const PagedKvLayer& kv,
+                                     const AttentionInputs& inputs, float scale, Tensor& out) {
     return false;
   }
 

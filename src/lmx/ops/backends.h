@@ -21,8 +21,8 @@ inline std::unique_ptr<Backend> make_backend(const Device& device) {
 #ifdef LMX_HAS_CUDA
   return make_cuda_backend(device.index);
 #else
-  throw Unsupported(fmt::format("{}: this lmx was built without the CUDA backend (configure with LMX_CUDA=ON)",
-                                device.name()));
+  throw Unsupported(fmt::format(
+      "{}: this lmx was built without the CUDA backend (configure with LMX_CUDA=ON)", device.name()));
 #endif
 }
 

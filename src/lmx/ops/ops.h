@@ -93,8 +93,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<cons
 // the keys are the stored positions, in order. Same contract as attention() — and the same bits, for
 // f32 storage, as attention() over those keys gathered contiguously with their positions; bf16 keys and
 // values are widened exactly. out [Tq, Hq, D].
-void paged_attention(const Tensor& q, const PagedKvRow& kv, std::span<const int32_t> q_pos, int window, float scale,
-                     Tensor& out);
+void paged_attention(const Tensor& q, const PagedKvRow& kv, std::span<const int32_t> q_pos, int window,
+                     float scale, Tensor& out);
 
 // A step's paged KV on the host (PagedKvStep / PagedKvLayer with host pointers). k and v [T, kv_heads ·
 // head_dim] rows: token t's key and value are stored at position q_pos[t] of row q_row[t], in the layer's
@@ -102,7 +102,8 @@ void paged_attention(const Tensor& q, const PagedKvRow& kv, std::span<const int3
 void paged_kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k, const Tensor& v);
 // Attention of the step's queries q [T, heads · head_dim] rows over each row's stored keys (paged_attention
 // per row); out [T, heads · head_dim], contiguous.
-void paged_attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale, Tensor& out);
+void paged_attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale,
+                     Tensor& out);
 
 // ---- Mixture of experts ------------------------------------------------------------------------------
 

@@ -7,8 +7,12 @@
 
 namespace lmx {
 
-int64_t Weight::rows() const { return is_quantized() ? quantized.rows() : dense.dim(-2); }
-int64_t Weight::cols() const { return is_quantized() ? quantized.cols() : dense.dim(-1); }
+int64_t Weight::rows() const {
+  return is_quantized() ? quantized.rows() : dense.dim(-2);
+}
+int64_t Weight::cols() const {
+  return is_quantized() ? quantized.cols() : dense.dim(-1);
+}
 
 size_t Weight::bytes() const {
   if (is_quantized()) return quantized.bytes();
@@ -17,7 +21,8 @@ size_t Weight::bytes() const {
 
 size_t Weight::row_bytes() const {
   if (!defined()) return 0;
-  int64_t total_rows = is_quantized() ? quantized.codes.numel() / quantized.codes.dim(-1) : dense.numel() / dense.dim(-1);
+  int64_t total_rows =
+      is_quantized() ? quantized.codes.numel() / quantized.codes.dim(-1) : dense.numel() / dense.dim(-1);
   return bytes() / static_cast<size_t>(total_rows);
 }
 
@@ -44,9 +49,10 @@ Tensor join_expert_rows(const Tensor& a, const Tensor& b, const std::string& wha
   auto* dst = static_cast<std::byte*>(joined.raw_data());
   const Tensor ac = a.contiguous(), bc = b.contiguous();
   for (int64_t e = 0; e < experts; ++e) {
-    std::memcpy(dst + e * (a_bytes + b_bytes), static_cast<const std::byte*>(ac.raw_data()) + e * a_bytes, a_bytes);
-    std::memcpy(dst + e * (a_bytes + b_bytes) + a_bytes, static_cast<const std::byte*>(bc.raw_data()) + e * b_bytes,
-                b_bytes);
+    std::memcpy(dst + e * (a_bytes + b_bytes), static_cast<const std::byte*>(ac.raw_data()) + e * a_bytes,
+                a_bytes);
+    std::memcpy(dst + e * (a_bytes + b_bytes) + a_bytes,
+                static_cast<const std::byte*>(bc.raw_data()) + e * b_bytes, b_bytes);
   }
   return joined;
 }

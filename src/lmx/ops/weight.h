@@ -11,8 +11,8 @@
 namespace lmx {
 
 struct Weight {
-  Tensor dense;                     // [N, K] (or [E, N, K]) f32/bf16 when not quantized
-  ops::QuantizedWeight quantized;   // MLX layout when quantized.bits > 0
+  Tensor dense;                    // [N, K] (or [E, N, K]) f32/bf16 when not quantized
+  ops::QuantizedWeight quantized;  // MLX layout when quantized.bits > 0
 
   bool defined() const { return dense.defined() || quantized.bits > 0; }
   bool is_quantized() const { return quantized.bits > 0; }

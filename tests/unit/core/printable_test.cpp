@@ -21,9 +21,9 @@ TEST(Printable, ControlsAndLineBreaksAreEscaped) {
 
 TEST(Printable, InvalidUtf8BytesAreEscapedOneByOne) {
   EXPECT_EQ(printable("\xff\xfe"), "\\xff\\xfe");
-  EXPECT_EQ(printable("ab\xc3"), "ab\\xc3");                 // truncated sequence
-  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");            // overlong '/'
-  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");   // a surrogate
+  EXPECT_EQ(printable("ab\xc3"), "ab\\xc3");                         // truncated sequence
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");                    // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");           // a surrogate
   EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // beyond U+10FFFF
   EXPECT_EQ(printable("\xe2\x28\xa1"), "\\xe2(\\xa1");
 }

@@ -1,9 +1,9 @@
 // lmx::ChatSession prefix reuse (extend, rewind within the sliding window, fresh start beyond it)
 // against a fresh one-shot prefill, and generate_turn against plain greedy generation.
 #include "lmx/engine/chat_session.h"
-#include "lmx/model/language_model.h"
 #include "lmx/core/error.h"
 #include "lmx/engine/greedy.h"
+#include "lmx/model/language_model.h"
 #include "support/test_support.h"
 #include "support/tiny_models.h"
 
@@ -26,7 +26,8 @@ class ChatSessionTest : public ::testing::Test {
 
   std::vector<int32_t> random_tokens(size_t n) {
     std::vector<int32_t> ids(n);
-    for (auto& id : ids) id = static_cast<int32_t>(3 + test::rng()() % (model_->description().vocab_size - 3));
+    for (auto& id : ids)
+      id = static_cast<int32_t>(3 + test::rng()() % (model_->description().vocab_size - 3));
     return ids;
   }
   static std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
@@ -85,8 +86,8 @@ TEST_F(ChatSessionTest, DivergingBeyondWindowStartsAfresh) {
   auto logits = session.prefill(other);
   EXPECT_EQ(session.reused_tokens(), 16);
   EXPECT_LE(max_diff(logits, fresh_logits(other)), kTolerance);
-  // A decode step makes the sliding layers (window 8) release blocks 0-3 (positions 0-15), which a query at 16
-  // would need from position 9 on.
+  // A decode step makes the sliding layers (window 8) release blocks 0-3 (positions 0-15), which a query at
+  // 16 would need from position 9 on.
   session.prefill(concat(base, random_tokens(10)));
   session.decode(5);
   logits = session.prefill(other);

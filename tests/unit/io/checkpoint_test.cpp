@@ -122,7 +122,8 @@ TEST_F(CheckpointTest, DuplicateTensorAcrossFiles) {
 
 TEST_F(CheckpointTest, NoWeightsOrNoDirectory) {
   expect_error<IoError>([&] { Checkpoint::open_dir(dir_.path()); }, {dir_.path(), "no model.safetensors"});
-  expect_error<IoError>([&] { Checkpoint::open_dir(dir_.file("absent")); }, {"absent", "No such file or directory"});
+  expect_error<IoError>([&] { Checkpoint::open_dir(dir_.file("absent")); },
+                        {"absent", "No such file or directory"});
 }
 
 }  // namespace

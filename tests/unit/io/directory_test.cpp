@@ -1,9 +1,9 @@
 // Directory checks, listings and atomic output (files and directories): every failure names the
 // path and the OS reason, and an interrupted write leaves no trace.
 #include "lmx/io/directory.h"
+#include "io_test_helpers.h"
 #include "lmx/io/output_file.h"
 #include "lmx/io/staged_directory.h"
-#include "io_test_helpers.h"
 #include "support/unprivileged.h"
 
 #include <gtest/gtest.h>

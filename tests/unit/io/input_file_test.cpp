@@ -1,8 +1,8 @@
 // InputFile, the one way lmx opens files it reads: regular files only, never blocking, size caps,
 // and errors naming the path and the OS reason.
 #include "lmx/io/input_file.h"
-#include "lmx/io/mapped_file.h"
 #include "io_test_helpers.h"
+#include "lmx/io/mapped_file.h"
 #include "support/unprivileged.h"
 
 #include <gtest/gtest.h>
@@ -79,11 +79,12 @@ TEST_F(InputFileTest, RefusesFilesOverTheCapOfTheirKind) {
   const std::string path = put("big.json", "");
   const uint64_t cap = input_size_cap(InputKind::kConfig);
   ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(cap + 1)), 0);
-  expect_error<IoError>([&] { read_input_file(path, InputKind::kConfig); },
-                        {path, std::to_string(cap + 1) + " bytes exceeds the limit of " + std::to_string(cap),
-                         "config file"});
+  expect_error<IoError>(
+      [&] { read_input_file(path, InputKind::kConfig); },
+      {path, std::to_string(cap + 1) + " bytes exceeds the limit of " + std::to_string(cap), "config file"});
   EXPECT_LT(input_size_cap(InputKind::kTemplate), input_size_cap(InputKind::kTokenizer));
-  EXPECT_GT(input_size_cap(InputKind::kTokenizer), uint64_t{100} << 20);  // real tokenizer.json files reach ~35 MB
+  EXPECT_GT(input_size_cap(InputKind::kTokenizer),
+            uint64_t{100} << 20);  // real tokenizer.json files reach ~35 MB
 }
 
 TEST_F(InputFileTest, PermissionErrorsNameThePathAndReason) {
@@ -105,7 +106,8 @@ TEST_F(InputFileTest, PermissionErrorsNameThePathAndReason) {
   });
   if (!message) GTEST_SKIP() << test::unprivileged_skip_reason();
   EXPECT_NE(message->find("cannot open " + secret + ": Permission denied"), std::string::npos) << *message;
-  EXPECT_NE(message->find(dir_.file("locked") + "/config.json: Permission denied"), std::string::npos) << *message;
+  EXPECT_NE(message->find(dir_.file("locked") + "/config.json: Permission denied"), std::string::npos)
+      << *message;
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ TEST(JsonInput, DeeperNestingIsRefusedBeforeParsing) {
   expect_error<FormatError>([] { parse_json(nested(kMaxJsonDepth + 1), "x.json"); },
                             {"x.json: invalid JSON: nested deeper than 128 levels at offset 128"});
   // Deep enough to overflow the stack in any recursive walk (copy, dump, destruction).
-  expect_error<FormatError>([] { parse_ordered_json(nested(150000, '{', '}'), "m.json"); }, {"m.json", "nested"});
+  expect_error<FormatError>([] { parse_ordered_json(nested(150000, '{', '}'), "m.json"); },
+                            {"m.json", "nested"});
   std::string objects;
   for (int i = 0; i < 200; ++i) objects += "{\"a\":";
   expect_error<FormatError>([&] { parse_json(objects + "1" + std::string(200, '}'), "o.json"); }, {"nested"});

@@ -120,9 +120,7 @@ TEST(Safetensors, WriteReplacesAtomicallyAndLeavesNoTemporaries) {
   write_safetensors(path, {{"b", Tensor::zeros({2}, DType::kI64)}});
   auto file = SafetensorsFile::open(path);
   EXPECT_EQ(file->names(), std::vector<std::string>{"b"});
-  EXPECT_EQ(
-      test::count_entries(dir.path()),
-      1);
+  EXPECT_EQ(test::count_entries(dir.path()), 1);
 }
 
 TEST(Safetensors, WriteRejectsBadArgumentsAndUnwritablePaths) {

@@ -1,9 +1,9 @@
 // Tests for the paged KV cache: attention through block tables against ops::attention over the full
 // history (bit for bit with f32 storage), sliding release, forks with copy-on-write, rewinds across
 // block boundaries and windows, KV-sharing layers, layouts and signatures.
-#include "lmx/kv/host_kv.h"
 #include "lmx/kv/kv_cache.h"
 #include "lmx/core/half.h"
+#include "lmx/kv/host_kv.h"
 #include "lmx/ops/ops.h"
 #include "support/test_support.h"
 
@@ -31,7 +31,8 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
-KvCacheOptions options(int block_tokens, KvCodec codec = KvCodec(KvCodecKind::kF32), size_t budget = 64 << 20) {
+KvCacheOptions options(int block_tokens, KvCodec codec = KvCodec(KvCodecKind::kF32),
+                       size_t budget = 64 << 20) {
   KvCacheOptions o;
   o.codec = codec;
   o.block_tokens = block_tokens;
@@ -64,9 +65,10 @@ class Tracked {
     Tensor out2 = out.reshape({count, 2 * width});
     ops::paged_attention(host.step(), host.layer(0), q.reshape({count, 2 * width}), 0.5f, out2);
     const int64_t done = seq_->length();
-    ops::attention(q, k_, v_, iota_positions(done, count), iota_positions(0, done + count), g_.window, 0.5f, expected);
-    EXPECT_TRUE(bit_equal(out, expected)) << "after " << done << " + " << count << ": max diff "
-                                          << test::max_abs_diff(out, expected);
+    ops::attention(q, k_, v_, iota_positions(done, count), iota_positions(0, done + count), g_.window, 0.5f,
+                   expected);
+    EXPECT_TRUE(bit_equal(out, expected))
+        << "after " << done << " + " << count << ": max diff " << test::max_abs_diff(out, expected);
     KvCache::commit({&row, 1});
   }
   void truncate(int64_t length) {
@@ -121,8 +123,8 @@ TEST(KvCache, Bf16StorageMatchesAttentionOverRoundedKeys) {
 }
 
 TEST(KvCache, LayoutGroupsByWindowAndSignatures) {
-  const std::vector<KvLayerGeometry> layers = {{1, 256, 512}, {2, 512, 0}, {1, 256, 512}, {1, 256, 512, 0},
-                                               {2, 512, 0, 1}};
+  const std::vector<KvLayerGeometry> layers = {
+      {1, 256, 512}, {2, 512, 0}, {1, 256, 512}, {1, 256, 512, 0}, {2, 512, 0, 1}};
   KvLayout layout(layers, KvCodec(KvCodecKind::kBf16), 16);
   EXPECT_EQ(layout.num_cache_layers(), 3);
   EXPECT_EQ(layout.num_groups(), 2);
@@ -137,8 +139,10 @@ TEST(KvCache, LayoutGroupsByWindowAndSignatures) {
   EXPECT_EQ(layout.layer(2).k_offset, 2u * 16 * 256 * 2);
   EXPECT_EQ(layout.layer(2).v_offset, 3u * 16 * 256 * 2);
   EXPECT_EQ(layout.bytes_per_token(), 2u * (256 + 256 + 1024) * 2);
-  EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{1, 4, 0, 0}}, KvCodec(), 16), InvalidArgument);  // self donor
-  EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{1, 4, 0}, {1, 8, 0, 0}}, KvCodec(), 16), InvalidArgument);
+  EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{1, 4, 0, 0}}, KvCodec(), 16),
+               InvalidArgument);  // self donor
+  EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{1, 4, 0}, {1, 8, 0, 0}}, KvCodec(), 16),
+               InvalidArgument);
   EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{0, 4, 0}}, KvCodec(), 16), InvalidArgument);
   EXPECT_THROW(KvLayout(std::vector<KvLayerGeometry>{{1, 4, 0}}, KvCodec(), 0), InvalidArgument);
   EXPECT_EQ(KvCodec::parse("bf16"), KvCodec(KvCodecKind::kBf16));

@@ -88,7 +88,8 @@ TEST(Convert, RefusesQuantizedInputAndSameDirectory) {
   const std::string q4 = test::source_path("tests/data/models/tiny-31b-q4");
   EXPECT_THROW(convert_checkpoint(q4, out.file("x"), parse_quantize_spec("4")), InvalidArgument);
   const std::string dense = test::source_path("tests/data/models/tiny-31b");
-  EXPECT_THROW(convert_checkpoint(dense, dense, parse_quantize_spec("4"), /*replace_existing=*/true), InvalidArgument);
+  EXPECT_THROW(convert_checkpoint(dense, dense, parse_quantize_spec("4"), /*replace_existing=*/true),
+               InvalidArgument);
   // Nor any directory holding the source, which replacing would delete.
   EXPECT_THROW(convert_checkpoint(dense, test::source_path("tests/data"), parse_quantize_spec("4"), true),
                InvalidArgument);

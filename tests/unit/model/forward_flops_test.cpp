@@ -29,7 +29,8 @@ BoundModel bind_model(const std::string& dir) {
   ModelConfigFiles files = load_model_config(dir);
   Gemma4Config config = Gemma4Config::from_json(files.text, files.root, files.path);
   Checkpoint checkpoint = Checkpoint::open_dir(dir);
-  Gemma4Weights weights = Gemma4Weights::bind(checkpoint, config, QuantizationConfig::from_json(files.root, files.path));
+  Gemma4Weights weights =
+      Gemma4Weights::bind(checkpoint, config, QuantizationConfig::from_json(files.root, files.path));
   return BoundModel{std::move(config), std::move(checkpoint), std::move(weights)};
 }
 

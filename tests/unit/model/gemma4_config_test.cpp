@@ -94,8 +94,10 @@ namespace lmx {
 namespace {
 
 TEST(Gemma4Config, ContextLengthFromConfigOrTransformersDefault) {
-  for (const auto& [preset, context] : std::vector<std::pair<std::string, int>>{
-           {"gemma4-e2b", 131072}, {"gemma4-e4b", 131072}, {"gemma4-26b-a4b", 262144}, {"gemma4-31b", 262144}}) {
+  for (const auto& [preset, context] : std::vector<std::pair<std::string, int>>{{"gemma4-e2b", 131072},
+                                                                                {"gemma4-e4b", 131072},
+                                                                                {"gemma4-26b-a4b", 262144},
+                                                                                {"gemma4-31b", 262144}}) {
     nlohmann::json j = gemma4_preset_config(preset);
     EXPECT_EQ(Gemma4Config::from_json(j, j, preset).max_position_embeddings, context) << preset;
   }

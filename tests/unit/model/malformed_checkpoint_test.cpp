@@ -1,13 +1,12 @@
 // Malformed checkpoints and configs give a clear lmx::Error naming the problem, never a crash.
-#include "lmx/io/output_file.h"
 #include "lmx/io/model_dir.h"
+#include "lmx/io/output_file.h"
 #include "lmx/io/safetensors.h"
 #include "lmx/model/language_model.h"
 #include "support/test_support.h"
 #include "support/tiny_models.h"
 
 #include <gtest/gtest.h>
-
 
 namespace lmx {
 namespace {
@@ -60,7 +59,9 @@ class MalformedCheckpoint : public ::testing::Test {
   nlohmann::json config_;
 };
 
-TEST_F(MalformedCheckpoint, LoadsWhenIntact) { EXPECT_NO_THROW(test::load_model(dir_.path())); }
+TEST_F(MalformedCheckpoint, LoadsWhenIntact) {
+  EXPECT_NO_THROW(test::load_model(dir_.path()));
+}
 
 TEST_F(MalformedCheckpoint, TruncatedFile) {
   auto size = test::file_size(dir_.file("model.safetensors"));
@@ -115,7 +116,10 @@ TEST_F(MalformedCheckpoint, BadConfigValues) {
       {[](auto& c) { c["top_k_experts"] = 99; }, "top_k_experts"},
       {[](auto& c) { c["num_key_value_heads"] = 3; }, "KV heads"},
       {[](auto& c) { c["final_logit_softcapping"] = -1.0; }, "final_logit_softcapping"},
-      {[](auto& c) { c["per_layer_config"] = {{"99", {{"head_dim", 32}}}}; }, "per_layer_config"},
+      {[](auto& c) {
+         c["per_layer_config"] = {{"99", {{"head_dim", 32}}}};
+       },
+       "per_layer_config"},
       {[](auto& c) { c["use_bidirectional_attention"] = "all"; }, "use_bidirectional_attention"},
   });
 }
@@ -129,9 +133,13 @@ TEST_F(MalformedCheckpoint, ComputationKeysAreValidatedAndMetadataAccepted) {
       {[](auto& c) { c["attention_k_eq_v"] = "yes"; }, "'attention_k_eq_v' must be true or false"},
       {[](auto& c) { c["tie_word_embeddings"] = 1; }, "'tie_word_embeddings' must be true or false"},
       {[](auto& c) { c["eos_token_id"] = "</s>"; }, "'eos_token_id' must be an integer"},
-      {[](auto& c) { c["eos_token_id"] = {1, -2}; }, "not a token id"},
+      {[](auto& c) {
+         c["eos_token_id"] = {1, -2};
+       },
+       "not a token id"},
       {[](auto& c) { c["max_position_embeddings"] = 0; }, "'max_position_embeddings' must be positive"},
-      {[](auto& c) { c["max_position_embeddings"] = "long"; }, "'max_position_embeddings' must be an integer"},
+      {[](auto& c) { c["max_position_embeddings"] = "long"; },
+       "'max_position_embeddings' must be an integer"},
       {[](auto& c) { c["rms_norm_eps"] = "tiny"; }, "'rms_norm_eps' must be a number"},
       {[](auto& c) { c["num_hidden_layers"] = 2000000000; }, "exceeds the limit of 1024"},
   });
@@ -191,7 +199,8 @@ TEST_F(MalformedCheckpoint, QuantizedWeightMissingItsScales) {
   rewrite_weights([](auto& tensors) {
     std::erase_if(tensors, [](const auto& p) { return p.first == "model.layers.1.self_attn.q_proj.scales"; });
   });
-  expect_load_error("quantized module 'model.layers.1.self_attn.q_proj' lacks 'model.layers.1.self_attn.q_proj.scales'");
+  expect_load_error(
+      "quantized module 'model.layers.1.self_attn.q_proj' lacks 'model.layers.1.self_attn.q_proj.scales'");
 }
 
 TEST_F(MalformedCheckpoint, ConfigNotJson) {
@@ -199,8 +208,8 @@ TEST_F(MalformedCheckpoint, ConfigNotJson) {
   expect_load_error("config.json: invalid JSON");
   expect_load_error("unexpected end of input");
   // Nesting that would overflow the stack when the config is copied.
-  write_text_file(dir_.file("config.json"),
-                  "{\"model_type\": \"gemma4_text\", \"x\": " + std::string(150000, '[') + std::string(150000, ']') + "}");
+  write_text_file(dir_.file("config.json"), "{\"model_type\": \"gemma4_text\", \"x\": " +
+                                                std::string(150000, '[') + std::string(150000, ']') + "}");
   expect_load_error("nested deeper than 128 levels");
 }
 

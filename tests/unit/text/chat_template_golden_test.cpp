@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-
 namespace lmx {
 namespace {
 
@@ -80,7 +79,8 @@ TEST(ChatTemplateGolden, TemplatesParse) {
   for (const char* file :
        {"gemma3.jinja", "llama3.jinja", "qwen3.jinja", "gemma4.jinja", "gemma4_31b.jinja"}) {
     SCOPED_TRACE(file);
-    EXPECT_NO_THROW(ChatTemplate(test::read_file(test::source_path(std::string("tests/data/templates/") + file))));
+    EXPECT_NO_THROW(
+        ChatTemplate(test::read_file(test::source_path(std::string("tests/data/templates/") + file))));
   }
 }
 

@@ -28,14 +28,16 @@ TEST(TokenizerFiles, SpecialFilesAndLinkLoopsAreRefused) {
   EXPECT_EQ(load_error(dir.path()), "");
 
   ASSERT_EQ(::mkfifo(dir.file("tokenizer_config.json").c_str(), 0644), 0);
-  EXPECT_NE(load_error(dir.path()).find(dir.file("tokenizer_config.json") + ": it is a FIFO"), std::string::npos);
+  EXPECT_NE(load_error(dir.path()).find(dir.file("tokenizer_config.json") + ": it is a FIFO"),
+            std::string::npos);
   ASSERT_EQ(::unlink(dir.file("tokenizer_config.json").c_str()), 0);
 
   ASSERT_EQ(::symlink("/dev/zero", dir.file("chat_template.jinja").c_str()), 0);
   EXPECT_NE(load_error(dir.path()).find("a character device"), std::string::npos);
   ASSERT_EQ(::unlink(dir.file("chat_template.jinja").c_str()), 0);
 
-  ASSERT_EQ(::symlink(dir.file("special_tokens_map.json").c_str(), dir.file("special_tokens_map.json").c_str()), 0);
+  ASSERT_EQ(
+      ::symlink(dir.file("special_tokens_map.json").c_str(), dir.file("special_tokens_map.json").c_str()), 0);
   EXPECT_NE(load_error(dir.path()).find("Too many levels of symbolic links"), std::string::npos);
   ASSERT_EQ(::unlink(dir.file("special_tokens_map.json").c_str()), 0);
 
@@ -60,8 +62,9 @@ TEST(TokenizerFiles, DeeplyNestedComponentsAreRefused) {
   test::TempDir dir;
   test::write_file(dir.file("tokenizer.json"), j.dump());
   test::write_file(dir.file("tokenizer_config.json"), "{\"bos_token\": " + deep + "}");
-  EXPECT_NE(load_error(dir.path()).find("tokenizer_config.json field 'bos_token': invalid JSON: nested deeper"),
-            std::string::npos)
+  EXPECT_NE(
+      load_error(dir.path()).find("tokenizer_config.json field 'bos_token': invalid JSON: nested deeper"),
+      std::string::npos)
       << load_error(dir.path());
 }
 

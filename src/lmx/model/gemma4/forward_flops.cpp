@@ -18,7 +18,8 @@ double attended_keys(int64_t tokens, int window) {
 
 ForwardFlops prefill_flops(const Gemma4Config& config, int64_t prompt_tokens) {
   LMX_REQUIRE(InvalidArgument, prompt_tokens >= 0, "prefill_flops: negative prompt length {}", prompt_tokens);
-  const double H = config.hidden_size, heads = config.num_attention_heads, P = config.hidden_size_per_layer_input;
+  const double H = config.hidden_size, heads = config.num_attention_heads,
+               P = config.hidden_size_per_layer_input;
   const double T = static_cast<double>(prompt_tokens);
   double macs_per_token = 0, attention_macs = 0;
   for (const Gemma4LayerSpec& s : config.layers) {
@@ -33,7 +34,8 @@ ForwardFlops prefill_flops(const Gemma4Config& config, int64_t prompt_tokens) {
     // q·kᵀ and p·v: head_dim multiply-adds per head and attended key, each.
     attention_macs += 2 * heads * s.head_dim * attended_keys(prompt_tokens, s.sliding ? s.sliding_window : 0);
   }
-  if (P > 0) macs_per_token += H * P * static_cast<double>(config.num_hidden_layers);  // per_layer_model_projection
+  if (P > 0)
+    macs_per_token += H * P * static_cast<double>(config.num_hidden_layers);  // per_layer_model_projection
   ForwardFlops f;
   f.projections = 2 * macs_per_token * T;
   f.attention = 2 * attention_macs;

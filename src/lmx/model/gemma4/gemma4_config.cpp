@@ -17,7 +17,8 @@ namespace {
 int int_or(const nlohmann::json& obj, const char* key, int fallback, const std::string& source) {
   auto v = json_opt_int(obj, key, source);
   if (!v) return fallback;
-  LMX_REQUIRE(ConfigError, *v >= 0 && *v <= (int64_t{1} << 31) - 1, "{}: '{}' = {} is out of range", source, key, *v);
+  LMX_REQUIRE(ConfigError, *v >= 0 && *v <= (int64_t{1} << 31) - 1, "{}: '{}' = {} is out of range", source,
+              key, *v);
   return static_cast<int>(*v);
 }
 
@@ -36,8 +37,8 @@ double finite_or(const nlohmann::json& obj, const char* key, double fallback, co
 std::optional<int> token_id(const nlohmann::json& obj, const char* key, const std::string& source) {
   std::optional<int64_t> v = json_opt_int(obj, key, source);
   if (!v) return std::nullopt;
-  LMX_REQUIRE(ConfigError, *v >= 0 && *v <= std::numeric_limits<int32_t>::max(), "{}: '{}' = {} is not a token id",
-              source, key, *v);
+  LMX_REQUIRE(ConfigError, *v >= 0 && *v <= std::numeric_limits<int32_t>::max(),
+              "{}: '{}' = {} is not a token id", source, key, *v);
   return static_cast<int>(*v);
 }
 
@@ -58,30 +59,37 @@ RopeSpec rope_for(const nlohmann::json& text, const std::string& layer_type, con
   const std::string ctx = source + ": rope_parameters." + layer_type;
   LMX_REQUIRE(ConfigError, p.is_object(), "{} must be an object", ctx);
   std::string type = p.contains("rope_type") ? json_string(p, "rope_type", ctx) : "default";
-  LMX_REQUIRE(ConfigError, type == "default" || type == "proportional", "{}: rope_type '{}' is not supported "
-                       "(expected default or proportional)", ctx, type);
+  LMX_REQUIRE(ConfigError, type == "default" || type == "proportional",
+              "{}: rope_type '{}' is not supported "
+              "(expected default or proportional)",
+              ctx, type);
   spec.proportional = type == "proportional";
   spec.theta = finite_or(p, "rope_theta", spec.theta, ctx);
   spec.partial_rotary_factor = spec.proportional ? finite_or(p, "partial_rotary_factor", 1.0, ctx) : 1.0;
   if (spec.proportional) spec.factor = finite_or(p, "factor", 1.0, ctx);
   LMX_REQUIRE(ConfigError, spec.factor > 0, "{}: factor {} must be positive", ctx, spec.factor);
-  LMX_REQUIRE(ConfigError, spec.theta > 0 && spec.partial_rotary_factor > 0 && spec.partial_rotary_factor <= 1,
-                       "{}: rope_theta {} / partial_rotary_factor {} out of range", ctx, spec.theta,
-                       spec.partial_rotary_factor);
+  LMX_REQUIRE(ConfigError,
+              spec.theta > 0 && spec.partial_rotary_factor > 0 && spec.partial_rotary_factor <= 1,
+              "{}: rope_theta {} / partial_rotary_factor {} out of range", ctx, spec.theta,
+              spec.partial_rotary_factor);
   return spec;
 }
 
 }  // namespace
 
-Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann::json& root, const std::string& source) {
+Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann::json& root,
+                                     const std::string& source) {
   LMX_REQUIRE(ConfigError, text.is_object(), "{}: the text config is not a JSON object", source);
   Gemma4Config c;
-  c.model_type = root.contains("model_type") && root["model_type"].is_string() ? root["model_type"].get<std::string>() : "";
-  const std::string text_type =
-      text.contains("model_type") && text["model_type"].is_string() ? text["model_type"].get<std::string>() : c.model_type;
-  LMX_REQUIRE(Unsupported, c.model_type == "gemma4" || c.model_type == "gemma4_text" || text_type == "gemma4_text",
-                       "{}: unknown architecture (model_type '{}'); lmx runs gemma4 and gemma4_text", source,
-                       c.model_type);
+  c.model_type = root.contains("model_type") && root["model_type"].is_string()
+                     ? root["model_type"].get<std::string>()
+                     : "";
+  const std::string text_type = text.contains("model_type") && text["model_type"].is_string()
+                                    ? text["model_type"].get<std::string>()
+                                    : c.model_type;
+  LMX_REQUIRE(
+      Unsupported, c.model_type == "gemma4" || c.model_type == "gemma4_text" || text_type == "gemma4_text",
+      "{}: unknown architecture (model_type '{}'); lmx runs gemma4 and gemma4_text", source, c.model_type);
 
   c.vocab_size = int_or(text, "vocab_size", 262144, source);
   c.hidden_size = int_or(text, "hidden_size", 2304, source);
@@ -97,7 +105,8 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
                 "{}: 'final_logit_softcapping' must be positive and finite, or null, got {}", source, *cap);
     c.final_logit_softcapping = static_cast<float>(*cap);
   }
-  c.tie_word_embeddings = json_bool(text, "tie_word_embeddings", source, json_bool(root, "tie_word_embeddings", source, true));
+  c.tie_word_embeddings =
+      json_bool(text, "tie_word_embeddings", source, json_bool(root, "tie_word_embeddings", source, true));
   c.hidden_size_per_layer_input = int_or(text, "hidden_size_per_layer_input", 256, source);
   c.vocab_size_per_layer_input = int_or(text, "vocab_size_per_layer_input", 262144, source);
   c.num_kv_shared_layers = int_or(text, "num_kv_shared_layers", 0, source);
@@ -120,33 +129,42 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
     for (int64_t id : ids) c.eos_token_ids.push_back(static_cast<int>(id));
   }
   // The computation lmx implements: GELU (tanh approximation), no attention biases.
-  const std::string activation = json_opt_string(text, "hidden_activation", source).value_or("gelu_pytorch_tanh");
+  const std::string activation =
+      json_opt_string(text, "hidden_activation", source).value_or("gelu_pytorch_tanh");
   LMX_REQUIRE(Unsupported, activation == "gelu_pytorch_tanh",
-              "{}: 'hidden_activation' '{}' is not supported (Gemma 4 uses gelu_pytorch_tanh)", source, activation);
+              "{}: 'hidden_activation' '{}' is not supported (Gemma 4 uses gelu_pytorch_tanh)", source,
+              activation);
   LMX_REQUIRE(Unsupported, !json_bool(text, "attention_bias", source, false),
               "{}: 'attention_bias' true is not supported (Gemma 4 attention has no biases)", source);
 
-  for (auto [value, key] : {std::pair{c.vocab_size, "vocab_size"}, {c.hidden_size, "hidden_size"},
-                            {c.intermediate_size, "intermediate_size"}, {c.num_hidden_layers, "num_hidden_layers"},
+  for (auto [value, key] : {std::pair{c.vocab_size, "vocab_size"},
+                            {c.hidden_size, "hidden_size"},
+                            {c.intermediate_size, "intermediate_size"},
+                            {c.num_hidden_layers, "num_hidden_layers"},
                             {c.num_attention_heads, "num_attention_heads"},
-                            {c.num_key_value_heads, "num_key_value_heads"}, {c.head_dim, "head_dim"},
+                            {c.num_key_value_heads, "num_key_value_heads"},
+                            {c.head_dim, "head_dim"},
                             {c.sliding_window, "sliding_window"},
                             {c.max_position_embeddings, "max_position_embeddings"}})
     require_positive(value, key, source);
-  LMX_REQUIRE(ConfigError, c.num_hidden_layers <= kMaxLayers, "{}: 'num_hidden_layers' {} exceeds the limit of {}",
-              source, c.num_hidden_layers, kMaxLayers);
-  LMX_REQUIRE(ConfigError, c.head_dim % 2 == 0 && c.global_head_dim % 2 == 0, "{}: head dims must be even", source);
+  LMX_REQUIRE(ConfigError, c.num_hidden_layers <= kMaxLayers,
+              "{}: 'num_hidden_layers' {} exceeds the limit of {}", source, c.num_hidden_layers, kMaxLayers);
+  LMX_REQUIRE(ConfigError, c.head_dim % 2 == 0 && c.global_head_dim % 2 == 0, "{}: head dims must be even",
+              source);
   LMX_REQUIRE(ConfigError, c.rms_norm_eps > 0, "{}: 'rms_norm_eps' must be positive", source);
   LMX_REQUIRE(ConfigError, c.hidden_size_per_layer_input == 0 || c.vocab_size_per_layer_input > 0,
-                       "{}: 'vocab_size_per_layer_input' must be positive with PLE", source);
-  LMX_REQUIRE(ConfigError, c.num_kv_shared_layers < c.num_hidden_layers, "{}: 'num_kv_shared_layers' ({}) must be "
-                       "smaller than 'num_hidden_layers' ({})", source, c.num_kv_shared_layers, c.num_hidden_layers);
+              "{}: 'vocab_size_per_layer_input' must be positive with PLE", source);
+  LMX_REQUIRE(ConfigError, c.num_kv_shared_layers < c.num_hidden_layers,
+              "{}: 'num_kv_shared_layers' ({}) must be "
+              "smaller than 'num_hidden_layers' ({})",
+              source, c.num_kv_shared_layers, c.num_hidden_layers);
   if (c.enable_moe_block) {
     require_positive(c.num_experts, "num_experts", source);
     require_positive(c.top_k_experts, "top_k_experts", source);
     require_positive(c.moe_intermediate_size, "moe_intermediate_size", source);
-    LMX_REQUIRE(ConfigError, c.top_k_experts <= c.num_experts, "{}: 'top_k_experts' ({}) exceeds 'num_experts' ({})",
-                         source, c.top_k_experts, c.num_experts);
+    LMX_REQUIRE(ConfigError, c.top_k_experts <= c.num_experts,
+                "{}: 'top_k_experts' ({}) exceeds 'num_experts' ({})", source, c.top_k_experts,
+                c.num_experts);
   }
 
   // Layer types: explicit, or transformers' default 5:1 pattern; the last layer is always full.
@@ -154,14 +172,15 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
   if (text.contains("layer_types") && !text["layer_types"].is_null()) {
     const auto& lt = text["layer_types"];
     LMX_REQUIRE(ConfigError, lt.is_array() && lt.size() == static_cast<size_t>(c.num_hidden_layers),
-                         "{}: 'layer_types' must be a list of {} strings", source, c.num_hidden_layers);
+                "{}: 'layer_types' must be a list of {} strings", source, c.num_hidden_layers);
     for (const auto& t : lt) {
       LMX_REQUIRE(ConfigError, t.is_string() && (t == "sliding_attention" || t == "full_attention"),
-                           "{}: 'layer_types' entry {} is not sliding_attention or full_attention", source, t.dump());
+                  "{}: 'layer_types' entry {} is not sliding_attention or full_attention", source, t.dump());
       types.push_back(t.get<std::string>());
     }
   } else {
-    for (int i = 0; i < c.num_hidden_layers; ++i) types.push_back((i + 1) % 6 ? "sliding_attention" : "full_attention");
+    for (int i = 0; i < c.num_hidden_layers; ++i)
+      types.push_back((i + 1) % 6 ? "sliding_attention" : "full_attention");
   }
   types.back() = "full_attention";
 
@@ -172,18 +191,21 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
   const bool has_per_layer = text.contains("per_layer_config") && !text["per_layer_config"].is_null();
   if (has_per_layer) {
     const auto& plc = text["per_layer_config"];
-    LMX_REQUIRE(ConfigError, plc.is_object(), "{}: 'per_layer_config' must be an object keyed by layer index", source);
+    LMX_REQUIRE(ConfigError, plc.is_object(), "{}: 'per_layer_config' must be an object keyed by layer index",
+                source);
     for (const auto& [key, value] : plc.items()) {
-      bool numeric = !key.empty() && key.size() < 8 && key.find_first_not_of("0123456789") == std::string::npos;
+      bool numeric =
+          !key.empty() && key.size() < 8 && key.find_first_not_of("0123456789") == std::string::npos;
       int index = numeric ? std::stoi(key) : -1;
       LMX_REQUIRE(ConfigError, numeric && index < c.num_hidden_layers && value.is_object(),
-                           "{}: 'per_layer_config' key '{}' is not a layer index below {} with an object value",
-                           source, key, c.num_hidden_layers);
+                  "{}: 'per_layer_config' key '{}' is not a layer index below {} with an object value",
+                  source, key, c.num_hidden_layers);
       per_layer[index] = &value;
     }
   }
-  LMX_REQUIRE(Unsupported, !text.contains("use_bidirectional_attention") || text["use_bidirectional_attention"].is_null(),
-                       "{}: 'use_bidirectional_attention' (embedding-style, non-causal) is not supported", source);
+  LMX_REQUIRE(Unsupported,
+              !text.contains("use_bidirectional_attention") || text["use_bidirectional_attention"].is_null(),
+              "{}: 'use_bidirectional_attention' (embedding-style, non-causal) is not supported", source);
 
   const int first_shared = c.num_hidden_layers - c.num_kv_shared_layers;
   for (int i = 0; i < c.num_hidden_layers; ++i) {
@@ -199,12 +221,14 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
       }
     } else if (!s.sliding) {
       if (c.global_head_dim > 0) s.head_dim = c.global_head_dim;
-      if (c.attention_k_eq_v && c.num_global_key_value_heads > 0) s.num_kv_heads = c.num_global_key_value_heads;
+      if (c.attention_k_eq_v && c.num_global_key_value_heads > 0)
+        s.num_kv_heads = c.num_global_key_value_heads;
     }
-    LMX_REQUIRE(ConfigError, s.head_dim > 0 && s.head_dim % 2 == 0 && s.num_kv_heads > 0 &&
-                             c.num_attention_heads % s.num_kv_heads == 0,
-                         "{}: layer {} has head_dim {} and {} KV heads for {} query heads", source, i, s.head_dim,
-                         s.num_kv_heads, c.num_attention_heads);
+    LMX_REQUIRE(ConfigError,
+                s.head_dim > 0 && s.head_dim % 2 == 0 && s.num_kv_heads > 0 &&
+                    c.num_attention_heads % s.num_kv_heads == 0,
+                "{}: layer {} has head_dim {} and {} KV heads for {} query heads", source, i, s.head_dim,
+                s.num_kv_heads, c.num_attention_heads);
     s.sliding_window = s.sliding ? c.sliding_window : 0;
     s.k_eq_v = c.attention_k_eq_v && !s.sliding;
     s.moe = c.enable_moe_block;
@@ -216,13 +240,15 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
           s.kv_donor = j;
           break;
         }
-      LMX_REQUIRE(ConfigError, s.kv_donor >= 0, "{}: KV-shared layer {} ({}) has no earlier layer of its type to share",
-                           source, i, types[static_cast<size_t>(i)]);
+      LMX_REQUIRE(ConfigError, s.kv_donor >= 0,
+                  "{}: KV-shared layer {} ({}) has no earlier layer of its type to share", source, i,
+                  types[static_cast<size_t>(i)]);
       if (c.use_double_wide_mlp) s.intermediate_size *= 2;
     }
     RopeSpec rope = rope_for(text, types[static_cast<size_t>(i)], source);
     s.rope_theta = rope.theta;
-    s.rope_rotated_pairs = static_cast<int>(rope.partial_rotary_factor * s.head_dim / 2);  // Python int(f·d // 2)
+    s.rope_rotated_pairs =
+        static_cast<int>(rope.partial_rotary_factor * s.head_dim / 2);  // Python int(f·d // 2)
     s.rope_factor = rope.factor;
     c.layers.push_back(s);
   }
@@ -232,7 +258,7 @@ Gemma4Config Gemma4Config::from_json(const nlohmann::json& text, const nlohmann:
     } else {
       const auto& donor = c.layers[static_cast<size_t>(s.kv_donor)];
       LMX_REQUIRE(ConfigError, donor.head_dim == s.head_dim && donor.num_kv_heads == s.num_kv_heads,
-                           "{}: KV-shared layer and its donor {} differ in head shape", source, s.kv_donor);
+                  "{}: KV-shared layer and its donor {} differ in head shape", source, s.kv_donor);
       s.cache_index = donor.cache_index;
     }
   }

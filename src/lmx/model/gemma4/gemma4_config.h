@@ -11,15 +11,15 @@ namespace lmx {
 
 // Everything one decoder layer needs to know about its own shape.
 struct Gemma4LayerSpec {
-  bool sliding = false;        // sliding_attention (true) or full_attention
-  int head_dim = 0;            // of q, k and v
+  bool sliding = false;  // sliding_attention (true) or full_attention
+  int head_dim = 0;      // of q, k and v
   int num_kv_heads = 0;
-  int sliding_window = 0;      // 0 for full layers
-  bool k_eq_v = false;         // no v_proj: v = v_norm(raw k_proj output)
-  int kv_donor = -1;           // ≥ 0: a KV-sharing layer that attends over this earlier layer's cache
-  int cache_index = -1;        // cache layer owned by this layer (or its donor's, when sharing)
-  int intermediate_size = 0;   // dense MLP width (doubled on KV-shared layers with double-wide MLP)
-  bool moe = false;            // has the MoE block beside the dense MLP
+  int sliding_window = 0;     // 0 for full layers
+  bool k_eq_v = false;        // no v_proj: v = v_norm(raw k_proj output)
+  int kv_donor = -1;          // ≥ 0: a KV-sharing layer that attends over this earlier layer's cache
+  int cache_index = -1;       // cache layer owned by this layer (or its donor's, when sharing)
+  int intermediate_size = 0;  // dense MLP width (doubled on KV-shared layers with double-wide MLP)
+  bool moe = false;           // has the MoE block beside the dense MLP
   double rope_theta = 10000.0;
   int rope_rotated_pairs = 0;  // frequency pairs that rotate (head_dim / 2 for default RoPE)
   double rope_factor = 1.0;    // inv_freq is divided by it (proportional RoPE's optional 'factor')
@@ -68,7 +68,8 @@ struct Gemma4Config {
   // computation is checked: wrong types and out-of-range values are ConfigError, values lmx does
   // not implement (another activation, attention biases, bidirectional attention, other RoPE
   // types) Unsupported; both name `source` and the key. Keys lmx does not read are metadata.
-  static Gemma4Config from_json(const nlohmann::json& text, const nlohmann::json& root, const std::string& source);
+  static Gemma4Config from_json(const nlohmann::json& text, const nlohmann::json& root,
+                                const std::string& source);
 };
 
 }  // namespace lmx

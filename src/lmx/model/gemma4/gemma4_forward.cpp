@@ -63,7 +63,9 @@ struct LayerOnBackend {
   float layer_scalar = 1.0f;
 };
 
-const Tensor* opt(const Tensor& t) { return t.defined() ? &t : nullptr; }
+const Tensor* opt(const Tensor& t) {
+  return t.defined() ? &t : nullptr;
+}
 
 class Gemma4Forward final : public ModelForward {
  public:
@@ -79,7 +81,8 @@ class Gemma4Forward final : public ModelForward {
     d_.pad_token_id = config_.pad_token_id;
     d_.eos_token_ids = config_.eos_token_ids;
     d_.context_length = config_.max_position_embeddings;
-    for (const auto& l : config_.layers) d_.kv_layers.push_back({l.num_kv_heads, l.head_dim, l.sliding_window, l.kv_donor});
+    for (const auto& l : config_.layers)
+      d_.kv_layers.push_back({l.num_kv_heads, l.head_dim, l.sliding_window, l.kv_donor});
   }
 
   const ModelDescription& description() const override { return d_; }
@@ -180,8 +183,8 @@ void Gemma4Forward::prepare(Backend& be) {
   }
 }
 
-void Gemma4Forward::residual(Backend& be, Tensor& x, Tensor& a, const Tensor& a_norm, float scale, Tensor* normed,
-                             const Tensor* normed_norm) const {
+void Gemma4Forward::residual(Backend& be, Tensor& x, Tensor& a, const Tensor& a_norm, float scale,
+                             Tensor* normed, const Tensor* normed_norm) const {
   const float eps = config_.rms_norm_eps;
   if (be.residual_norm(x, a, opt(a_norm), scale, normed, normed_norm, eps)) return;
   be.rms_norm(a, opt(a_norm), eps, a);
@@ -324,7 +327,8 @@ void Gemma4Forward::feed_forward(int layer, const StepView& s, const Tensor& x, 
   norms.expert_norm = opt(w.post_feedforward_layernorm_2);
   norms.eps = eps;
   // Without a side stream the expert ids were written several ops before the experts run.
-  if (be.moe_experts_normed(expert_in, expert_ids, expert_weights, *w.experts, expert_out, norms, !be.has_side()))
+  if (be.moe_experts_normed(expert_in, expert_ids, expert_weights, *w.experts, expert_out, norms,
+                            !be.has_side()))
     return;
   be.moe_experts(expert_in, expert_ids, expert_weights, *w.experts, expert_out);
   be.rms_norm(out, norms.dense_norm, eps, out);
@@ -348,7 +352,8 @@ StepOutputs Gemma4Forward::enqueue(const StepView& s) {
     const LayerOnBackend& w = layers_[static_cast<size_t>(i)];
     // The next layer's normed input is the last residual step's second output (none after the last layer).
     Tensor* next_normed = i + 1 < layers ? &normed : nullptr;
-    const Tensor* next_norm = i + 1 < layers ? opt(layers_[static_cast<size_t>(i) + 1].input_layernorm) : nullptr;
+    const Tensor* next_norm =
+        i + 1 < layers ? opt(layers_[static_cast<size_t>(i) + 1].input_layernorm) : nullptr;
     attention(i, s, normed, proj);
     residual(be, x, proj, w.post_attention_layernorm, 1.0f, &normed, opt(w.pre_feedforward_layernorm));
     feed_forward(i, s, x, normed, ffn);

@@ -25,18 +25,21 @@ class Binder {
       : checkpoint_(checkpoint), prefix_(std::move(prefix)), quantization_(quantization), bound_(bound) {}
 
   // The dense float tensor `prefix + name`, which must exist and have `shape`.
-  Tensor tensor(const std::string& name, const Shape& shape) const { return full_tensor(prefix_ + name, shape); }
+  Tensor tensor(const std::string& name, const Shape& shape) const {
+    return full_tensor(prefix_ + name, shape);
+  }
 
   Tensor full_tensor(const std::string& full, const Shape& shape) const {
-    if (!checkpoint_.contains(full)) throw FormatError(fmt::format("{}: missing tensor '{}'", checkpoint_.dir(), full));
+    if (!checkpoint_.contains(full))
+      throw FormatError(fmt::format("{}: missing tensor '{}'", checkpoint_.dir(), full));
     Tensor t = checkpoint_.tensor(full);
     bound_.insert(full);
     if (t.shape() != shape)
       throw FormatError(fmt::format("{}: tensor '{}' has shape {}, expected {}", checkpoint_.dir(), full,
                                     shape_string(t.shape()), shape_string(shape)));
     if (!is_floating(t.dtype()))
-      throw FormatError(fmt::format("{}: tensor '{}' has dtype {}, expected a float type", checkpoint_.dir(), full,
-                                    dtype_name(t.dtype())));
+      throw FormatError(fmt::format("{}: tensor '{}' has dtype {}, expected a float type", checkpoint_.dir(),
+                                    full, dtype_name(t.dtype())));
     return t;
   }
 
@@ -56,24 +59,28 @@ class Binder {
     }
     std::optional<QuantizationSpec> spec = quantization_.spec_for(full);
     if (!spec)
-      throw FormatError(fmt::format("{}: '{}' has quantization scales but config.json's quantization block does not "
-                                    "quantize it", checkpoint_.dir(), full));
+      throw FormatError(
+          fmt::format("{}: '{}' has quantization scales but config.json's quantization block does not "
+                      "quantize it",
+                      checkpoint_.dir(), full));
     for (const char* part : {".weight", ".biases"})
       if (!checkpoint_.contains(full + part))
-        throw FormatError(fmt::format("{}: quantized module '{}' lacks '{}{}'", checkpoint_.dir(), full, full, part));
+        throw FormatError(
+            fmt::format("{}: quantized module '{}' lacks '{}{}'", checkpoint_.dir(), full, full, part));
     w.quantized.codes = checkpoint_.tensor(full + ".weight");
     w.quantized.scales = checkpoint_.tensor(full + ".scales");
     w.quantized.biases = checkpoint_.tensor(full + ".biases");
     for (const char* part : {".weight", ".scales", ".biases"}) bound_.insert(full + part);
     w.quantized.bits = spec->bits;
     w.quantized.group_size = spec->group_size;
-    quant::validate_affine(w.quantized.codes, w.quantized.scales, w.quantized.biases, spec->bits, spec->group_size,
-                           checkpoint_.dir() + ": " + full);
+    quant::validate_affine(w.quantized.codes, w.quantized.scales, w.quantized.biases, spec->bits,
+                           spec->group_size, checkpoint_.dir() + ": " + full);
     Shape logical = w.quantized.codes.shape();
     logical.back() = w.quantized.cols();
     if (logical != shape)
-      throw FormatError(fmt::format("{}: quantized '{}' holds a {} matrix ({} bits), expected {}", checkpoint_.dir(),
-                                    full, shape_string(logical), spec->bits, shape_string(shape)));
+      throw FormatError(fmt::format("{}: quantized '{}' holds a {} matrix ({} bits), expected {}",
+                                    checkpoint_.dir(), full, shape_string(logical), spec->bits,
+                                    shape_string(shape)));
     return w;
   }
 
@@ -97,7 +104,9 @@ std::string head_prefix(const std::string& prefix) {
   return prefix == "language_model.model." ? "language_model." : "";
 }
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
 
 // The layer index of "layers.<i>.<part>" and the part after it; index -1 for other names.
 std::pair<int, std::string_view> layer_part(std::string_view rest) {
@@ -106,7 +115,8 @@ std::pair<int, std::string_view> layer_part(std::string_view rest) {
   const std::string_view number = rest.substr(7, dot == std::string_view::npos ? dot : dot - 7);
   if (number.empty() || number.size() > 8 || number.find_first_not_of("0123456789") != std::string_view::npos)
     return {-1, {}};
-  return {std::stoi(std::string(number)), dot == std::string_view::npos ? std::string_view() : rest.substr(dot + 1)};
+  return {std::stoi(std::string(number)),
+          dot == std::string_view::npos ? std::string_view() : rest.substr(dot + 1)};
 }
 
 // Why a text-model tensor that was not bound contradicts the config, for the error message.
@@ -134,9 +144,12 @@ std::string unbound_reason(std::string_view rest, const Gemma4Config& c) {
 // the K/V projections and norms of KV-shared layers, which transformers ignores on load.
 void reject_unbound_weights(const Checkpoint& checkpoint, const Gemma4Config& c, const std::string& prefix,
                             const std::set<std::string>& bound) {
-  static const std::set<std::string, std::less<>> kTextModules = {
-      "layers", "embed_tokens", "embed_tokens_per_layer", "per_layer_model_projection",
-      "per_layer_projection_norm", "norm"};
+  static const std::set<std::string, std::less<>> kTextModules = {"layers",
+                                                                  "embed_tokens",
+                                                                  "embed_tokens_per_layer",
+                                                                  "per_layer_model_projection",
+                                                                  "per_layer_projection_norm",
+                                                                  "norm"};
   const std::string head = head_prefix(prefix) + "lm_head.";
   for (const std::string& name : checkpoint.names()) {
     if (bound.count(name)) continue;
@@ -156,15 +169,17 @@ void reject_unbound_weights(const Checkpoint& checkpoint, const Gemma4Config& c,
     } else {
       continue;
     }
-    throw FormatError(fmt::format("{}: tensor '{}' in {} is not a weight of the model config.json describes ({})",
-                                  checkpoint.dir(), name, checkpoint.file_of(name), unbound_reason(rest, c)));
+    throw FormatError(
+        fmt::format("{}: tensor '{}' in {} is not a weight of the model config.json describes ({})",
+                    checkpoint.dir(), name, checkpoint.file_of(name), unbound_reason(rest, c)));
   }
 }
 
 // A stored scalar ([] or [1]) as float.
 float scalar_value(const Tensor& t, const std::string& name) {
   if (t.numel() != 1)
-    throw FormatError(fmt::format("tensor '{}' should hold one value, has shape {}", name, shape_string(t.shape())));
+    throw FormatError(
+        fmt::format("tensor '{}' should hold one value, has shape {}", name, shape_string(t.shape())));
   return t.item_f32(0);
 }
 
@@ -201,11 +216,14 @@ Gemma4Weights Gemma4Weights::bind(const Checkpoint& checkpoint, const Gemma4Conf
       break;
     }
   if (prefix.empty())
-    throw FormatError(fmt::format("{}: no embed_tokens.weight under any known prefix (model., model.language_model., "
-                                  "language_model.model.); is this a Gemma 4 checkpoint?", checkpoint.dir()));
+    throw FormatError(
+        fmt::format("{}: no embed_tokens.weight under any known prefix (model., model.language_model., "
+                    "language_model.model.); is this a Gemma 4 checkpoint?",
+                    checkpoint.dir()));
   std::set<std::string> bound;
   Binder b(checkpoint, prefix, quantization, bound);
-  const int64_t H = c.hidden_size, V = c.vocab_size, L = c.num_hidden_layers, P = c.hidden_size_per_layer_input;
+  const int64_t H = c.hidden_size, V = c.vocab_size, L = c.num_hidden_layers,
+                P = c.hidden_size_per_layer_input;
 
   Gemma4Weights w;
   w.prefix = prefix;
@@ -269,17 +287,19 @@ Gemma4Weights Gemma4Weights::bind(const Checkpoint& checkpoint, const Gemma4Conf
 size_t decode_weight_bytes(const Gemma4Config& config, const Gemma4Weights& weights) {
   size_t total = 0;
   for (const auto& l : weights.layers) {
-    for (const Tensor* t : {&l.input_layernorm, &l.post_attention_layernorm, &l.pre_feedforward_layernorm,
-                            &l.post_feedforward_layernorm, &l.q_norm, &l.k_norm, &l.router_scale,
-                            &l.router_per_expert_scale, &l.pre_feedforward_layernorm_2, &l.post_feedforward_layernorm_1,
-                            &l.post_feedforward_layernorm_2, &l.post_per_layer_input_norm})
+    for (const Tensor* t :
+         {&l.input_layernorm, &l.post_attention_layernorm, &l.pre_feedforward_layernorm,
+          &l.post_feedforward_layernorm, &l.q_norm, &l.k_norm, &l.router_scale, &l.router_per_expert_scale,
+          &l.pre_feedforward_layernorm_2, &l.post_feedforward_layernorm_1, &l.post_feedforward_layernorm_2,
+          &l.post_per_layer_input_norm})
       if (t->defined()) total += t->nbytes();
-    for (const Weight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
-                            &l.router_proj, &l.per_layer_input_gate, &l.per_layer_projection})
+    for (const Weight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
+                            &l.down_proj, &l.router_proj, &l.per_layer_input_gate, &l.per_layer_projection})
       total += w->bytes();
     // MoE: only the top-k experts are read per token.
     if (config.num_experts > 0) {
-      size_t experts = l.experts_gate_up.bytes() + l.experts_gate.bytes() + l.experts_up.bytes() + l.experts_down.bytes();
+      size_t experts =
+          l.experts_gate_up.bytes() + l.experts_gate.bytes() + l.experts_up.bytes() + l.experts_down.bytes();
       total += experts / static_cast<size_t>(config.num_experts) * static_cast<size_t>(config.top_k_experts);
     }
   }
@@ -288,7 +308,7 @@ size_t decode_weight_bytes(const Gemma4Config& config, const Gemma4Weights& weig
   total += weights.norm.nbytes();
   // The output head reads the whole table; embeddings read one row each.
   total += weights.lm_head.defined() ? weights.lm_head.bytes() + weights.embed_tokens.row_bytes()
-                                      : weights.embed_tokens.bytes();
+                                     : weights.embed_tokens.bytes();
   total += weights.embed_tokens_per_layer.row_bytes();
   return total;
 }

@@ -51,7 +51,6 @@ struct Gemma4Weights {
                             const QuantizationConfig& quantization);
 };
 
-
 // Bytes of weights one decode step of one row reads: every matrix once (only the top-k experts of
 // MoE layers), one row of each embedding table, the whole output head.
 size_t decode_weight_bytes(const Gemma4Config& config, const Gemma4Weights& weights);

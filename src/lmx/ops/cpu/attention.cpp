@@ -20,7 +20,8 @@ constexpr int64_t kQueryBlock = 16;
 void require_q(const Tensor& t, const char* what) {
   cpu::require_dtype(t, DType::kF32, "attention", what);
   LMX_REQUIRE(InvalidArgument, t.ndim() == 3 && t.strides()[2] == 1,
-              "attention: {} must be [T, H, D] with a contiguous last dim, got {}", what, shape_string(t.shape()));
+              "attention: {} must be [T, H, D] with a contiguous last dim, got {}", what,
+              shape_string(t.shape()));
 }
 
 // Keys and values as given to attention(): rows of f32 tensors with arbitrary positions.
@@ -51,7 +52,8 @@ struct PagedKeys {
   int64_t position(int64_t j) const { return first_position + j; }
   const std::byte* row(size_t offset, int64_t j, int64_t g) const {
     const int64_t p = first_position + j;
-    const auto* block = static_cast<const std::byte*>(kv.blocks[static_cast<size_t>(p / kv.block_tokens - kv.first_block)]);
+    const auto* block =
+        static_cast<const std::byte*>(kv.blocks[static_cast<size_t>(p / kv.block_tokens - kv.first_block)]);
     const size_t elem = dtype_size(kv.dtype);
     return block + offset + static_cast<size_t>((p % kv.block_tokens) * row_elems + g * kv.head_dim) * elem;
   }
@@ -81,8 +83,8 @@ struct PagedKeys {
 // linear-tile values (each depends only on D), its softmax and its Σ p·v run over its own visible keys in
 // storage order: nothing depends on the other queries of the block, or on how keys are stored.
 template <class Keys>
-void attend(const Tensor& q, const Keys& keys, int64_t hkv, int64_t dv, std::span<const int32_t> q_pos, int window,
-            float scale, Tensor& out) {
+void attend(const Tensor& q, const Keys& keys, int64_t hkv, int64_t dv, std::span<const int32_t> q_pos,
+            int window, float scale, Tensor& out) {
   const int64_t tq = q.dim(0), hq = q.dim(1), d = q.dim(2), tk = keys.count;
   const int64_t group = hq / hkv;
   const float* qb = q.data<float>();
@@ -94,62 +96,63 @@ void attend(const Tensor& q, const Keys& keys, int64_t hkv, int64_t dv, std::spa
   };
   const int64_t q_blocks = (tq + kQueryBlock - 1) / kQueryBlock;
   const int64_t work_per_task = kQueryBlock * std::max<int64_t>(tk, 1) * (d + dv);
-  parallel_for(hq * q_blocks, std::max<int64_t>(1, (int64_t{1} << 16) / work_per_task), [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t h = task / q_blocks, g = h / group;
-      const int64_t i0 = task % q_blocks * kQueryBlock, i1 = std::min(tq, i0 + kQueryBlock);
-      // Key index range [lo, hi) holding every key visible to some query of the block.
-      int64_t lo = tk, hi = 0;
-      for (int64_t i = i0; i < i1; ++i) {
-        for (int64_t j = 0; j < tk; ++j)
-          if (visible(i, j)) {
-            lo = std::min(lo, j);
-            break;
-          }
-        for (int64_t j = tk; j-- > 0;)
-          if (visible(i, j)) {
-            hi = std::max(hi, j + 1);
-            break;
-          }
-      }
-      const int64_t span = hi > lo ? hi - lo : 0;
-      if (span > 0) {
-        scores.resize(static_cast<size_t>((i1 - i0) * span));
-        cpu::LinearArgs args;
-        args.x = qb + i0 * q_st + h * q_sh;
-        args.x_stride = q_st;
-        args.out = scores.data();
-        args.out_stride = span;
-        args.k = d;
-        keys.scores(args, i1 - i0, g, lo, hi);
-      }
-      for (int64_t i = i0; i < i1; ++i) {
-        float* orow = ob + (i * hq + h) * dv;
-        std::memset(orow, 0, static_cast<size_t>(dv) * sizeof(float));
-        if (span == 0) continue;
-        float* s = scores.data() + (i - i0) * span;
-        float max = -std::numeric_limits<float>::infinity();
-        bool any = false;
-        for (int64_t j = lo; j < hi; ++j) {
-          if (!visible(i, j)) continue;
-          s[j - lo] *= scale;
-          max = std::max(max, s[j - lo]);
-          any = true;
-        }
-        if (!any) continue;
-        float sum = 0.0f;
-        for (int64_t j = lo; j < hi; ++j) {
-          if (!visible(i, j)) continue;
-          const float p = std::exp(s[j - lo] - max);
-          sum += p;
-          keys.add_value(p, j, g, orow, dv);
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t c = 0; c < dv; ++c) orow[c] *= inv;
-      }
-    }
-  });
+  parallel_for(hq * q_blocks, std::max<int64_t>(1, (int64_t{1} << 16) / work_per_task),
+               [&](int64_t begin, int64_t end) {
+                 std::vector<float> scores;
+                 for (int64_t task = begin; task < end; ++task) {
+                   const int64_t h = task / q_blocks, g = h / group;
+                   const int64_t i0 = task % q_blocks * kQueryBlock, i1 = std::min(tq, i0 + kQueryBlock);
+                   // Key index range [lo, hi) holding every key visible to some query of the block.
+                   int64_t lo = tk, hi = 0;
+                   for (int64_t i = i0; i < i1; ++i) {
+                     for (int64_t j = 0; j < tk; ++j)
+                       if (visible(i, j)) {
+                         lo = std::min(lo, j);
+                         break;
+                       }
+                     for (int64_t j = tk; j-- > 0;)
+                       if (visible(i, j)) {
+                         hi = std::max(hi, j + 1);
+                         break;
+                       }
+                   }
+                   const int64_t span = hi > lo ? hi - lo : 0;
+                   if (span > 0) {
+                     scores.resize(static_cast<size_t>((i1 - i0) * span));
+                     cpu::LinearArgs args;
+                     args.x = qb + i0 * q_st + h * q_sh;
+                     args.x_stride = q_st;
+                     args.out = scores.data();
+                     args.out_stride = span;
+                     args.k = d;
+                     keys.scores(args, i1 - i0, g, lo, hi);
+                   }
+                   for (int64_t i = i0; i < i1; ++i) {
+                     float* orow = ob + (i * hq + h) * dv;
+                     std::memset(orow, 0, static_cast<size_t>(dv) * sizeof(float));
+                     if (span == 0) continue;
+                     float* s = scores.data() + (i - i0) * span;
+                     float max = -std::numeric_limits<float>::infinity();
+                     bool any = false;
+                     for (int64_t j = lo; j < hi; ++j) {
+                       if (!visible(i, j)) continue;
+                       s[j - lo] *= scale;
+                       max = std::max(max, s[j - lo]);
+                       any = true;
+                     }
+                     if (!any) continue;
+                     float sum = 0.0f;
+                     for (int64_t j = lo; j < hi; ++j) {
+                       if (!visible(i, j)) continue;
+                       const float p = std::exp(s[j - lo] - max);
+                       sum += p;
+                       keys.add_value(p, j, g, orow, dv);
+                     }
+                     const float inv = 1.0f / sum;
+                     for (int64_t c = 0; c < dv; ++c) orow[c] *= inv;
+                   }
+                 }
+               });
 }
 
 }  // namespace
@@ -162,33 +165,42 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<cons
   const int64_t tq = q.dim(0), hq = q.dim(1), d = q.dim(2);
   const int64_t tk = k.dim(0), hkv = k.dim(1), dv = v.dim(2);
   LMX_REQUIRE(InvalidArgument, k.dim(2) == d && v.dim(0) == tk && v.dim(1) == hkv && hkv > 0 && hq % hkv == 0,
-              "attention: incompatible shapes q {} k {} v {}", shape_string(q.shape()), shape_string(k.shape()),
-              shape_string(v.shape()));
-  LMX_REQUIRE(InvalidArgument, static_cast<int64_t>(q_pos.size()) == tq && static_cast<int64_t>(k_pos.size()) == tk,
+              "attention: incompatible shapes q {} k {} v {}", shape_string(q.shape()),
+              shape_string(k.shape()), shape_string(v.shape()));
+  LMX_REQUIRE(InvalidArgument,
+              static_cast<int64_t>(q_pos.size()) == tq && static_cast<int64_t>(k_pos.size()) == tk,
               "attention: {} query positions and {} key positions for q {} k {}", q_pos.size(), k_pos.size(),
               shape_string(q.shape()), shape_string(k.shape()));
   cpu::prepare_out(out, {tq, hq, dv}, DType::kF32, "attention");
-  const ContiguousKeys keys{k.data<float>(), v.data<float>(), k.strides()[0], k.strides()[1], v.strides()[0],
-                            v.strides()[1], tk, k_pos};
+  const ContiguousKeys keys{k.data<float>(),
+                            v.data<float>(),
+                            k.strides()[0],
+                            k.strides()[1],
+                            v.strides()[0],
+                            v.strides()[1],
+                            tk,
+                            k_pos};
   attend(q, keys, hkv, dv, q_pos, window, scale, out);
 }
 
-void paged_attention(const Tensor& q, const PagedKvRow& kv, std::span<const int32_t> q_pos, int window, float scale,
-                     Tensor& out) {
+void paged_attention(const Tensor& q, const PagedKvRow& kv, std::span<const int32_t> q_pos, int window,
+                     float scale, Tensor& out) {
   require_q(q, "q");
   const int64_t tq = q.dim(0), hq = q.dim(1), d = q.dim(2);
-  LMX_REQUIRE(InvalidArgument, kv.kv_heads > 0 && hq % kv.kv_heads == 0 && kv.head_dim == d && kv.block_tokens > 0 &&
-                                   (kv.dtype == DType::kF32 || kv.dtype == DType::kBF16),
-              "paged attention: q {} against {} kv heads of {} ({} blocks of {} tokens, {})", shape_string(q.shape()),
-              kv.kv_heads, kv.head_dim, kv.blocks.size(), kv.block_tokens, dtype_name(kv.dtype));
+  LMX_REQUIRE(InvalidArgument,
+              kv.kv_heads > 0 && hq % kv.kv_heads == 0 && kv.head_dim == d && kv.block_tokens > 0 &&
+                  (kv.dtype == DType::kF32 || kv.dtype == DType::kBF16),
+              "paged attention: q {} against {} kv heads of {} ({} blocks of {} tokens, {})",
+              shape_string(q.shape()), kv.kv_heads, kv.head_dim, kv.blocks.size(), kv.block_tokens,
+              dtype_name(kv.dtype));
   const int64_t first = kv.first_block * kv.block_tokens;
   LMX_REQUIRE(InvalidArgument,
               kv.first_block >= 0 && kv.kv_len >= first &&
                   kv.kv_len <= (kv.first_block + static_cast<int64_t>(kv.blocks.size())) * kv.block_tokens,
               "paged attention: {} positions from block {} in {} blocks of {}", kv.kv_len, kv.first_block,
               kv.blocks.size(), kv.block_tokens);
-  LMX_REQUIRE(InvalidArgument, static_cast<int64_t>(q_pos.size()) == tq, "paged attention: {} query positions for q {}",
-              q_pos.size(), shape_string(q.shape()));
+  LMX_REQUIRE(InvalidArgument, static_cast<int64_t>(q_pos.size()) == tq,
+              "paged attention: {} query positions for q {}", q_pos.size(), shape_string(q.shape()));
   cpu::prepare_out(out, {tq, hq, d}, DType::kF32, "attention");
   const PagedKeys keys{kv, first, kv.kv_len - first, static_cast<int64_t>(kv.kv_heads) * kv.head_dim};
   attend(q, keys, kv.kv_heads, d, q_pos, window, scale, out);

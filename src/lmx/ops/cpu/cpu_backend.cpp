@@ -74,8 +74,8 @@ class CpuBackend final : public Backend {
     c->quantized = w.is_quantized();
     return c;
   }
-  std::shared_ptr<const BackendExperts> prepare_experts(const Weight& gate_up, const Weight& gate, const Weight& up,
-                                                        const Weight& down) override {
+  std::shared_ptr<const BackendExperts> prepare_experts(const Weight& gate_up, const Weight& gate,
+                                                        const Weight& up, const Weight& down) override {
     auto e = std::make_shared<CpuExperts>();
     e->gate_up = gate_up;
     e->gate = gate;
@@ -123,20 +123,24 @@ class CpuBackend final : public Backend {
     Tensor view = x.as_strided({tokens, heads, dim}, {x.strides()[0], dim, 1});
     ops::apply_rope(view, host_span_i32(positions, "rope positions").span<int32_t>(), inv_freq.span<float>());
   }
-  void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) override { ops::gelu_tanh_mul(gate, up, out); }
+  void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    ops::gelu_tanh_mul(gate, up, out);
+  }
   void add(Tensor& out, const Tensor& a) override { ops::add_inplace(out, a); }
   void scale(Tensor& x, float s) override { ops::scale_inplace(x, s); }
   void mul_rows(Tensor& x, const Tensor& row) override { ops::mul_inplace(x, row); }
   void softcap(Tensor& x, float cap) override { ops::softcap(x, cap); }
   void copy(const Tensor& src, Tensor& dst) override {
-    LMX_REQUIRE(InvalidArgument, src.ndim() == 2 && src.shape() == dst.shape() && src.strides()[1] == 1 &&
-                                     dst.strides()[1] == 1 && src.dtype() == dst.dtype(),
+    LMX_REQUIRE(InvalidArgument,
+                src.ndim() == 2 && src.shape() == dst.shape() && src.strides()[1] == 1 &&
+                    dst.strides()[1] == 1 && src.dtype() == dst.dtype(),
                 "cpu backend copy: {} to {}", shape_string(src.shape()), shape_string(dst.shape()));
     const size_t row_bytes = static_cast<size_t>(src.dim(1)) * dtype_size(src.dtype());
     for (int64_t r = 0; r < src.dim(0); ++r)
-      std::memcpy(static_cast<std::byte*>(dst.raw_data()) + r * dst.strides()[0] * dtype_size(dst.dtype()),
-                  static_cast<const std::byte*>(src.raw_data()) + r * src.strides()[0] * dtype_size(src.dtype()),
-                  row_bytes);
+      std::memcpy(
+          static_cast<std::byte*>(dst.raw_data()) + r * dst.strides()[0] * dtype_size(dst.dtype()),
+          static_cast<const std::byte*>(src.raw_data()) + r * src.strides()[0] * dtype_size(src.dtype()),
+          row_bytes);
   }
   void moe_route(const Tensor& logits, int top_k, const Tensor* per_expert_scale, Tensor& experts,
                  Tensor& weights) override {
@@ -147,19 +151,22 @@ class CpuBackend final : public Backend {
     const auto* e = dynamic_cast<const CpuExperts*>(&w);
     LMX_REQUIRE(InvalidArgument, e != nullptr, "cpu backend: experts prepared by another backend");
     if (e->down.is_quantized())
-      ops::quantized_moe_experts(x, experts, weights, e->gate.quantized, e->up.quantized, e->down.quantized, out);
+      ops::quantized_moe_experts(x, experts, weights, e->gate.quantized, e->up.quantized, e->down.quantized,
+                                 out);
     else
       ops::moe_experts(x, experts, weights, e->gate_up.dense, e->down.dense, out);
   }
   void argmax_rows(const Tensor& x, Tensor& out) override {
     const int64_t vocab = x.dim(1);
     for (int64_t r = 0; r < x.dim(0); ++r)
-      out.data<int32_t>()[r] = ops::argmax({x.data<float>() + r * x.strides()[0], static_cast<size_t>(vocab)});
+      out.data<int32_t>()[r] =
+          ops::argmax({x.data<float>() + r * x.strides()[0], static_cast<size_t>(vocab)});
   }
   void kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k, const Tensor& v) override {
     ops::paged_kv_append(step, kv, k, v);
   }
-  void attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale, Tensor& out) override {
+  void attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale,
+                 Tensor& out) override {
     ops::paged_attention(step, kv, q, scale, out);
   }
 
@@ -171,6 +178,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace lmx

@@ -26,6 +26,8 @@ class HostKvMemory final : public KvMemory {
 };
 }  // namespace
 
-std::shared_ptr<KvMemory> host_kv_memory() { return std::make_shared<HostKvMemory>(); }
+std::shared_ptr<KvMemory> host_kv_memory() {
+  return std::make_shared<HostKvMemory>();
+}
 
 }  // namespace lmx

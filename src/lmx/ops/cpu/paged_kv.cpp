@@ -22,8 +22,8 @@ PagedKvRow row_view(const PagedKvStep& step, const PagedKvLayer& kv, int64_t r) 
   row.kv_len = step.kv_len[r];
   row.block_tokens = step.block_tokens;
   const int64_t held = (row.kv_len + step.block_tokens - 1) / step.block_tokens - row.first_block;
-  LMX_REQUIRE(InvalidArgument, held >= 0 && held <= kv.tables.stride, "paged KV: row {} needs {} blocks, {} staged", r,
-              held, kv.tables.stride);
+  LMX_REQUIRE(InvalidArgument, held >= 0 && held <= kv.tables.stride,
+              "paged KV: row {} needs {} blocks, {} staged", r, held, kv.tables.stride);
   row.blocks = {kv.tables.blocks + r * kv.tables.stride, static_cast<size_t>(held)};
   row.k_offset = kv.k_offset;
   row.v_offset = kv.v_offset;
@@ -61,10 +61,12 @@ void paged_kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tens
   }
 }
 
-void paged_attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale, Tensor& out) {
+void paged_attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale,
+                     Tensor& out) {
   LMX_REQUIRE(InvalidArgument,
               q.ndim() == 2 && q.dim(0) == step.tokens && q.strides()[1] == 1 && kv.head_dim > 0 &&
-                  q.dim(1) % kv.head_dim == 0 && out.is_contiguous() && out.shape() == Shape({q.dim(0), q.dim(1)}),
+                  q.dim(1) % kv.head_dim == 0 && out.is_contiguous() &&
+                  out.shape() == Shape({q.dim(0), q.dim(1)}),
               "paged attention: q {} / out {} for {} tokens of head_dim {}", shape_string(q.shape()),
               shape_string(out.shape()), step.tokens, kv.head_dim);
   const int64_t heads = q.dim(1) / kv.head_dim;

@@ -278,7 +278,8 @@ void axpy_bf16_impl(float alpha, const uint16_t* x, float* y, int64_t n) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const VF va = hn::Set(d, alpha);
   int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::MulAdd(va, load_weights(d, x + i), hn::LoadU(d, y + i)), d, y + i);
+  for (; i + lanes <= n; i += lanes)
+    hn::StoreU(hn::MulAdd(va, load_weights(d, x + i), hn::LoadU(d, y + i)), d, y + i);
   for (; i < n; ++i) y[i] += alpha * widen_scalar(x[i]);
 }
 

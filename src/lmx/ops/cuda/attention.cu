@@ -79,22 +79,23 @@ void validate(const AttentionBatch& b) {
   LMX_REQUIRE(InvalidArgument, b.tokens <= (int64_t{1} << 24) && b.max_kv_len >= 0,
               "cuda attention: {} tokens / max_kv_len {} out of range", b.tokens, b.max_kv_len);
   LMX_REQUIRE(InvalidArgument,
-              b.q && b.out && b.q_pos && b.q_seq && b.k.blocks && b.v.blocks && b.k.first_block && b.v.first_block &&
-                  b.kv_len && b.q_stride >= int64_t{b.heads} * b.head_dim,
+              b.q && b.out && b.q_pos && b.q_seq && b.k.blocks && b.v.blocks && b.k.first_block &&
+                  b.v.first_block && b.kv_len && b.q_stride >= int64_t{b.heads} * b.head_dim,
               "cuda attention: missing pointer or q_stride {} < heads * head_dim", b.q_stride);
-  LMX_REQUIRE(InvalidArgument,
-              b.k.block_tokens > 0 && b.k.block_tokens % attn::kTileKeys == 0 && b.v.block_tokens == b.k.block_tokens,
-              "cuda attention: KV blocks of {} tokens; the CUDA kernels need a multiple of {}", b.k.block_tokens,
-              attn::kTileKeys);
+  LMX_REQUIRE(
+      InvalidArgument,
+      b.k.block_tokens > 0 && b.k.block_tokens % attn::kTileKeys == 0 && b.v.block_tokens == b.k.block_tokens,
+      "cuda attention: KV blocks of {} tokens; the CUDA kernels need a multiple of {}", b.k.block_tokens,
+      attn::kTileKeys);
 }
 
 // ---- kv_append ------------------------------------------------------------------------------------------
 
 // One thread per 4 (kVec4) or 1 element of one token's [kv_heads, head_dim] row, for k and v.
 template <bool kVec4>
-__global__ void kv_append_kernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
-                                 int row_elems, const int32_t* q_pos, const int32_t* q_seq, PagedStore k_store,
-                                 PagedStore v_store) {
+__global__ void kv_append_kernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+                                 int64_t tokens, int row_elems, const int32_t* q_pos, const int32_t* q_seq,
+                                 PagedStore k_store, PagedStore v_store) {
   wait_for_prior_kernels();
   allow_next_kernel();
   constexpr int kW = kVec4 ? 4 : 1;
@@ -252,13 +253,14 @@ bool attention_with_inputs(const AttentionBatch& batch, const AttentionInputs& i
   return true;
 }
 
-void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens, int kv_heads,
-               int head_dim, const int32_t* q_pos, const int32_t* q_seq, const PagedStore& k_store,
-               const PagedStore& v_store, cudaStream_t stream) {
+void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
+               int kv_heads, int head_dim, const int32_t* q_pos, const int32_t* q_seq,
+               const PagedStore& k_store, const PagedStore& v_store, cudaStream_t stream) {
   if (tokens <= 0) return;
   LMX_REQUIRE(InvalidArgument, kv_heads > 0 && head_dim > 0, "kv_append: kv_heads {} head_dim {}", kv_heads,
               head_dim);
-  LMX_REQUIRE(InvalidArgument, k_store.blocks && v_store.blocks && k_store.block_tokens > 0 && v_store.block_tokens > 0,
+  LMX_REQUIRE(InvalidArgument,
+              k_store.blocks && v_store.blocks && k_store.block_tokens > 0 && v_store.block_tokens > 0,
               "kv_append: missing block tables");
   const int row_elems = kv_heads * head_dim;
   const bool vec4 = row_elems % 4 == 0 && k_stride % 4 == 0 && v_stride % 4 == 0 && detail::aligned16(k) &&

@@ -17,7 +17,8 @@ namespace lmx::cuda {
 
 // One cache layer's keys or values for the sequences of a call (device memory, staged per step): the row of
 // position p of sequence s starts at
-//   blocks[s * stride + p / block_tokens - first_block[s]] + offset bytes + (p % block_tokens) * kv_heads * head_dim
+//   blocks[s * stride + p / block_tokens - first_block[s]] + offset bytes + (p % block_tokens) * kv_heads *
+//   head_dim
 // bf16 elements. block_tokens is a multiple of 64: an attention tile of 64 keys lies in one block.
 struct PagedStore {
   const void* const* blocks = nullptr;
@@ -36,8 +37,8 @@ struct AttentionBatch {
   int heads = 0, kv_heads = 0, head_dim = 0;  // heads % kv_heads == 0; head_dim ≤ 512, multiple of 8
   const int32_t* q_pos = nullptr;  // [T] position of each query token
   const int32_t* q_seq = nullptr;  // [T] sequence index of each query token, in [0, S)
-  PagedStore k, v;                     // the layer's keys and values
-  const int32_t* kv_len = nullptr;     // [S] stored tokens (positions < kv_len are valid)
+  PagedStore k, v;                 // the layer's keys and values
+  const int32_t* kv_len = nullptr;  // [S] stored tokens (positions < kv_len are valid)
   int64_t max_kv_len = 0;  // host-side upper bound on every kv_len (sizes the split-KV grid)
   int window = 0;          // > 0: key j visible to a query at p iff p - j < window
   float scale = 1.0f;      // scores = scale * (q · k)
@@ -54,9 +55,9 @@ size_t attention_partials_bytes(const AttentionBatch& batch);
 // Writes new keys/values into the caches: for token t (sequence q_seq[t], position q_pos[t]), the row of
 // q_pos[t] in k_store = bf16(k[t]) (round to nearest even), likewise v.
 // k, v f32 [T, kv_heads, head_dim] with token strides k_stride / v_stride.
-void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens, int kv_heads,
-               int head_dim, const int32_t* q_pos, const int32_t* q_seq, const PagedStore& k_store,
-               const PagedStore& v_store, cudaStream_t stream);
+void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
+               int kv_heads, int head_dim, const int32_t* q_pos, const int32_t* q_seq,
+               const PagedStore& k_store, const PagedStore& v_store, cudaStream_t stream);
 
 // One group of heads for attention_inputs: head h of token t is the head_dim floats at
 // x + t * token_stride + h * head_dim.

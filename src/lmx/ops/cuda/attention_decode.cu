@@ -119,8 +119,9 @@ __device__ __forceinline__ void take_inputs(const Params& p, char* smem, int t, 
       tile = reinterpret_cast<__nv_bfloat16*>(smem + (key ? L::kK : L::kV)) + fresh_row * D::kStride;
     uint16_t* cache = nullptr;
     if (appends)
-      cache = paged_row(key ? p.k : p.v, p.q_seq[t], p.q_pos[t], static_cast<int64_t>(p.kv_heads) * p.head_dim) +
-              static_cast<int64_t>(kvh) * p.head_dim;
+      cache =
+          paged_row(key ? p.k : p.v, p.q_seq[t], p.q_pos[t], static_cast<int64_t>(p.kv_heads) * p.head_dim) +
+          static_cast<int64_t>(kvh) * p.head_dim;
     const float* xr = (key ? p.k_in : p.v_in) + static_cast<int64_t>(kvh) * p.head_dim;  // (one token)
     detail::norm_head(xr, p.head_dim, p.eps, lane, w, key && p.k_norm != nullptr, key, angles,
                       [&](int i, float x0, float x1) {

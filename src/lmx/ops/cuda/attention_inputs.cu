@@ -5,12 +5,12 @@
 // of the f32 sum of squares differs (one warp per head here).
 #include "lmx/core/error.h"
 #include "lmx/ops/cuda/attention.h"
-#include "lmx/ops/cuda/paged_store.cuh"
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/elementwise_util.cuh"
 #include "lmx/ops/cuda/head_norm.cuh"
 #include "lmx/ops/cuda/launch.cuh"
+#include "lmx/ops/cuda/paged_store.cuh"
 #include "lmx/ops/cuda/tuning.h"
 
 #include <cuda_bf16.h>

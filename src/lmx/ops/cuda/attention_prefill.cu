@@ -118,9 +118,11 @@ __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_ke
       auto k_tile = [&](int tile) { return paged_row(p.k, seq, tile * kTileKeys, row_elems); };
       auto v_tile = [&](int tile) { return paged_row(p.v, seq, tile * kTileKeys, row_elems); };
       const int tile_lo = blo / kTileKeys, tile_hi = (bhi + kTileKeys - 1) / kTileKeys;
-      load_tile<DT, L::kThreads>(ks, k_tile(tile_lo), p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
+      load_tile<DT, L::kThreads>(ks, k_tile(tile_lo), p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo,
+                                 bhi);
       cp_async_commit();
-      load_tile<DT, L::kThreads>(vs, v_tile(tile_lo), p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo, bhi);
+      load_tile<DT, L::kThreads>(vs, v_tile(tile_lo), p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo,
+                                 bhi);
       cp_async_commit();
       ChunkState<DT, NW> st;
       st.reset();
@@ -138,8 +140,8 @@ __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_ke
             },
             [] { cp_async_wait<1>(); });
         if (more)
-          load_tile<DT, L::kThreads>(vs, v_tile(tile + 1), p.kv_heads, kvh, p.head_dim, (tile + 1) * kTileKeys, blo,
-                                     bhi);
+          load_tile<DT, L::kThreads>(vs, v_tile(tile + 1), p.kv_heads, kvh, p.head_dim,
+                                     (tile + 1) * kTileKeys, blo, bhi);
         cp_async_commit();
         if (!more || (tile + 1) % kChunkTiles == 0) {
           fold_chunk<DT, NW>(st, rm, rl, racc);

@@ -34,7 +34,8 @@ struct CudaExperts final : BackendExperts {
 
 const DeviceWeight& device_weight(const BackendWeight& w) {
   const auto* c = dynamic_cast<const CudaWeight*>(&w);
-  LMX_REQUIRE(InvalidArgument, c != nullptr && c->device.defined, "cuda backend: a weight prepared by another backend");
+  LMX_REQUIRE(InvalidArgument, c != nullptr && c->device.defined,
+              "cuda backend: a weight prepared by another backend");
   return c->device;
 }
 
@@ -65,12 +66,14 @@ Rows rows_of(const Tensor& t, const char* what) {
 // A contiguous f32 device tensor's data and element count.
 float* contiguous_f32(const Tensor& t, const char* what) {
   LMX_REQUIRE(InvalidArgument, !t.device().is_cpu() && t.dtype() == DType::kF32 && t.is_contiguous(),
-              "cuda backend: {} must be a contiguous f32 device tensor, got {} {}", what, dtype_name(t.dtype()),
-              shape_string(t.shape()));
+              "cuda backend: {} must be a contiguous f32 device tensor, got {} {}", what,
+              dtype_name(t.dtype()), shape_string(t.shape()));
   return static_cast<float*>(t.raw_data());
 }
 
-const float* vector_or_null(const Tensor* t) { return t != nullptr && t->defined() ? contiguous_f32(*t, "vector") : nullptr; }
+const float* vector_or_null(const Tensor* t) {
+  return t != nullptr && t->defined() ? contiguous_f32(*t, "vector") : nullptr;
+}
 
 const int32_t* ints(const Tensor& t, const char* what) {
   LMX_REQUIRE(InvalidArgument, !t.device().is_cpu() && t.dtype() == DType::kI32 && t.is_contiguous(),
@@ -172,13 +175,15 @@ class CudaBackend final : public Backend {
     std::shared_ptr<cuda::DeviceBuffer>& buffer = slots_[static_cast<size_t>(slot)];
     if (!buffer || buffer->bytes() < bytes) {
       LMX_REQUIRE(InvalidArgument, !ctx_.capturing(),
-                  "cuda backend: step buffer {} must grow to {} bytes during graph capture (warm up first)", slot,
-                  bytes);
+                  "cuda backend: step buffer {} must grow to {} bytes during graph capture (warm up first)",
+                  slot, bytes);
       synchronize();  // the old buffer may still be in use
-      buffer = std::make_shared<cuda::DeviceBuffer>(std::max(bytes, buffer ? buffer->bytes() * 2 : size_t{0}));
+      buffer =
+          std::make_shared<cuda::DeviceBuffer>(std::max(bytes, buffer ? buffer->bytes() * 2 : size_t{0}));
       ++generation_;
     }
-    return Tensor::from_storage(Storage::borrow(buffer, buffer->data(), buffer->bytes(), device()), shape, dtype);
+    return Tensor::from_storage(Storage::borrow(buffer, buffer->data(), buffer->bytes(), device()), shape,
+                                dtype);
   }
   int memory_generation() const override {
     return generation_ + ctx_.scratch_generation() + (side_ ? side_->ctx.scratch_generation() : 0);
@@ -202,7 +207,8 @@ class CudaBackend final : public Backend {
     }
     LMX_CUDA_CHECK(cudaEventSynchronize(staged_));  // the last step's copy has read the staging area
     std::memcpy(pinned_, host.data(), host.size());
-    LMX_CUDA_CHECK(cudaMemcpyAsync(t.raw_data(), pinned_, host.size(), cudaMemcpyHostToDevice, ctx_.stream()));
+    LMX_CUDA_CHECK(
+        cudaMemcpyAsync(t.raw_data(), pinned_, host.size(), cudaMemcpyHostToDevice, ctx_.stream()));
     LMX_CUDA_CHECK(cudaEventRecord(staged_, ctx_.stream()));
     return t;
   }
@@ -215,7 +221,9 @@ class CudaBackend final : public Backend {
 
   // ---- Weights ---------------------------------------------------------------------------------------
 
-  std::shared_ptr<const BackendWeight> prepare_weight(const Weight& w) override { return wrap(upload_weight(w)); }
+  std::shared_ptr<const BackendWeight> prepare_weight(const Weight& w) override {
+    return wrap(upload_weight(w));
+  }
   std::shared_ptr<const BackendWeight> prepare_stacked(std::span<const Weight* const> parts,
                                                        bool geglu_pair) override {
     DeviceWeight d = upload_stacked(parts);
@@ -223,8 +231,8 @@ class CudaBackend final : public Backend {
     d.packed.gate_up_pair = geglu_pair && d.quantized;
     return wrap(std::move(d));
   }
-  std::shared_ptr<const BackendExperts> prepare_experts(const Weight& gate_up, const Weight& gate, const Weight& up,
-                                                        const Weight& down) override {
+  std::shared_ptr<const BackendExperts> prepare_experts(const Weight& gate_up, const Weight& gate,
+                                                        const Weight& up, const Weight& down) override {
     auto e = std::make_shared<CudaExperts>();
     e->gate_up = gate.is_quantized() ? upload_expert_gate_up(gate, up) : upload_weight(gate_up);
     e->down = upload_weight(down);
@@ -240,8 +248,8 @@ class CudaBackend final : public Backend {
     const Rows xr = rows_of(x, "linear x"), o = rows_of(out, "linear out");
     const DeviceWeight& d = device_weight(w);
     LMX_REQUIRE(InvalidArgument, xr.cols == w.cols && o.cols == w.rows && o.rows == xr.rows,
-                "cuda linear: x {} and out {} for a [{}, {}] weight", shape_string(x.shape()), shape_string(out.shape()),
-                w.rows, w.cols);
+                "cuda linear: x {} and out {} for a [{}, {}] weight", shape_string(x.shape()),
+                shape_string(out.shape()), w.rows, w.cols);
     if (exact_) {
       if (d.quantized)
         cuda::exact_linear(xr.data, xr.stride, xr.rows, d.packed, o.data, o.stride, stream());
@@ -264,18 +272,18 @@ class CudaBackend final : public Backend {
   }
   void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& out) override {
     const Rows xr = rows_of(x, "rms_norm x"), o = rows_of(out, "rms_norm out");
-    cuda::rms_norm(xr.data, xr.stride, o.data, o.stride, xr.rows, static_cast<int>(xr.cols), vector_or_null(weight),
-                   eps, stream());
+    cuda::rms_norm(xr.data, xr.stride, o.data, o.stride, xr.rows, static_cast<int>(xr.cols),
+                   vector_or_null(weight), eps, stream());
   }
   void head_norm(Tensor& x, int heads, const Tensor* weight, float eps) override {
     const Rows xr = rows_of(x, "head_norm x");
-    cuda::head_norm(xr.data, xr.stride, xr.rows, heads, static_cast<int>(xr.cols / heads), vector_or_null(weight), eps,
-                    stream());
+    cuda::head_norm(xr.data, xr.stride, xr.rows, heads, static_cast<int>(xr.cols / heads),
+                    vector_or_null(weight), eps, stream());
   }
   void rope(Tensor& x, int heads, const Tensor& positions, const Tensor& inv_freq) override {
     const Rows xr = rows_of(x, "rope x");
-    cuda::rope(xr.data, xr.stride, xr.rows, heads, static_cast<int>(xr.cols / heads), ints(positions, "positions"),
-               contiguous_f32(inv_freq, "inv_freq"), stream());
+    cuda::rope(xr.data, xr.stride, xr.rows, heads, static_cast<int>(xr.cols / heads),
+               ints(positions, "positions"), contiguous_f32(inv_freq, "inv_freq"), stream());
   }
   void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
     const Rows g = rows_of(gate, "gate"), u = rows_of(up, "up"), o = rows_of(out, "out");
@@ -286,18 +294,22 @@ class CudaBackend final : public Backend {
                 shape_string(a.shape()));
     cuda::add(contiguous_f32(out, "add out"), contiguous_f32(a, "add a"), out.numel(), stream());
   }
-  void scale(Tensor& x, float s) override { cuda::scale(contiguous_f32(x, "scale x"), x.numel(), s, stream()); }
+  void scale(Tensor& x, float s) override {
+    cuda::scale(contiguous_f32(x, "scale x"), x.numel(), s, stream());
+  }
   void mul_rows(Tensor& x, const Tensor& row) override {
     const Rows xr = rows_of(x, "mul_rows x");
     LMX_REQUIRE(InvalidArgument, xr.stride == xr.cols && row.numel() == xr.cols, "cuda mul_rows: {} by {}",
                 shape_string(x.shape()), shape_string(row.shape()));
     cuda::mul_rows(xr.data, contiguous_f32(row, "mul_rows row"), xr.rows, xr.cols, stream());
   }
-  void softcap(Tensor& x, float cap) override { cuda::softcap(contiguous_f32(x, "softcap x"), x.numel(), cap, stream()); }
+  void softcap(Tensor& x, float cap) override {
+    cuda::softcap(contiguous_f32(x, "softcap x"), x.numel(), cap, stream());
+  }
   void copy(const Tensor& src, Tensor& dst) override {
     const Rows s = rows_of(src, "copy src"), d = rows_of(dst, "copy dst");
-    LMX_REQUIRE(InvalidArgument, s.rows == d.rows && s.cols == d.cols, "cuda copy: {} to {}", shape_string(src.shape()),
-                shape_string(dst.shape()));
+    LMX_REQUIRE(InvalidArgument, s.rows == d.rows && s.cols == d.cols, "cuda copy: {} to {}",
+                shape_string(src.shape()), shape_string(dst.shape()));
     cuda::copy_rows(s.data, s.stride, d.data, d.stride, s.rows, s.cols, stream());
   }
   void moe_route(const Tensor& logits, int top_k, const Tensor* per_expert_scale, Tensor& experts,
@@ -305,8 +317,8 @@ class CudaBackend final : public Backend {
     const Rows l = rows_of(logits, "router logits");
     LMX_REQUIRE(InvalidArgument, l.stride == l.cols, "cuda moe_route: logits rows must be contiguous");
     cuda::moe_route(l.data, l.rows, static_cast<int>(l.cols), top_k, vector_or_null(per_expert_scale),
-                    const_cast<int32_t*>(ints(experts, "expert ids")), contiguous_f32(weights, "expert weights"),
-                    stream());
+                    const_cast<int32_t*>(ints(experts, "expert ids")),
+                    contiguous_f32(weights, "expert weights"), stream());
   }
   void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, const BackendExperts& w,
                    Tensor& out) override {
@@ -317,18 +329,18 @@ class CudaBackend final : public Backend {
     LMX_REQUIRE(InvalidArgument, xr.stride == xr.cols, "cuda argmax: rows must be contiguous");
     const size_t bytes = cuda::argmax_partials_bytes(xr.rows, xr.cols);
     void* partials = bytes > 0 ? ctx().scratch(cuda::Scratch::kArgmaxPartials, bytes) : nullptr;
-    cuda::argmax_rows(xr.data, xr.rows, xr.cols, const_cast<int32_t*>(ints(out, "argmax out")), stream(), partials,
-                      bytes);
+    cuda::argmax_rows(xr.data, xr.rows, xr.cols, const_cast<int32_t*>(ints(out, "argmax out")), stream(),
+                      partials, bytes);
   }
   void kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k, const Tensor& v) override {
     const Rows kr = rows_of(k, "kv_append k"), vr = rows_of(v, "kv_append v");
     const cuda::AttentionBatch b = batch(step, kv, nullptr, 0, nullptr, 0);
     if (kv.dtype == DType::kF32)
-      cuda::kv_append_f32(kr.data, kr.stride, vr.data, vr.stride, step.tokens, kv.kv_heads, kv.head_dim, step.q_pos,
-                          step.q_row, b.k, b.v, stream());
+      cuda::kv_append_f32(kr.data, kr.stride, vr.data, vr.stride, step.tokens, kv.kv_heads, kv.head_dim,
+                          step.q_pos, step.q_row, b.k, b.v, stream());
     else
-      cuda::kv_append(kr.data, kr.stride, vr.data, vr.stride, step.tokens, kv.kv_heads, kv.head_dim, step.q_pos,
-                      step.q_row, b.k, b.v, stream());
+      cuda::kv_append(kr.data, kr.stride, vr.data, vr.stride, step.tokens, kv.kv_heads, kv.head_dim,
+                      step.q_pos, step.q_row, b.k, b.v, stream());
   }
   void attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale,
                  Tensor& out) override {
@@ -349,18 +361,20 @@ class CudaBackend final : public Backend {
 
   bool residual_norm(Tensor& x, const Tensor& a, const Tensor* a_norm, float scale, Tensor* normed,
                      const Tensor* normed_norm, float eps) override {
-    if (!x.is_contiguous() || !a.is_contiguous() || (normed != nullptr && !normed->is_contiguous())) return false;
+    if (!x.is_contiguous() || !a.is_contiguous() || (normed != nullptr && !normed->is_contiguous()))
+      return false;
     const Rows xr = rows_of(x, "residual x");
     cuda::residual_norm(xr.data, contiguous_f32(a, "residual a"), vector_or_null(a_norm), scale,
-                        normed != nullptr ? contiguous_f32(*normed, "normed") : nullptr, vector_or_null(normed_norm),
-                        xr.rows, static_cast<int>(xr.cols), eps, stream());
+                        normed != nullptr ? contiguous_f32(*normed, "normed") : nullptr,
+                        vector_or_null(normed_norm), xr.rows, static_cast<int>(xr.cols), eps, stream());
     return true;
   }
   bool linear_gelu(Tensor& gate, const Tensor& up, const BackendWeight& w, Tensor& out) override {
     const DeviceWeight& d = device_weight(w);
     if (exact_ || !d.quantized) return false;
     const Rows g = rows_of(gate, "gate"), u = rows_of(up, "up"), o = rows_of(out, "out");
-    cuda::quantized_linear_gelu(g.data, g.stride, u.data, u.stride, g.rows, d.packed, o.data, o.stride, ctx());
+    cuda::quantized_linear_gelu(g.data, g.stride, u.data, u.stride, g.rows, d.packed, o.data, o.stride,
+                                ctx());
     return true;
   }
   bool linear_geglu(const Tensor& x, const BackendWeight& gate_up, Tensor& out) override {
@@ -370,8 +384,8 @@ class CudaBackend final : public Backend {
     LMX_REQUIRE(InvalidArgument, o.stride == o.cols, "cuda geglu: out rows must be contiguous");
     return cuda::quantized_linear_geglu(xr.data, xr.stride, xr.rows, d.packed, o.data, ctx());
   }
-  bool moe_inputs(const Tensor& x, const Tensor* router_scale, float router_mul, const Tensor* expert_norm, float eps,
-                  Tensor& routed, Tensor& expert_in) override {
+  bool moe_inputs(const Tensor& x, const Tensor* router_scale, float router_mul, const Tensor* expert_norm,
+                  float eps, Tensor& routed, Tensor& expert_in) override {
     const Rows xr = rows_of(x, "moe x");
     if (xr.stride != xr.cols || !routed.is_contiguous() || !expert_in.is_contiguous()) return false;
     cuda::moe_inputs(xr.data, xr.rows, static_cast<int>(xr.cols), vector_or_null(router_scale), router_mul,
@@ -379,8 +393,9 @@ class CudaBackend final : public Backend {
                      contiguous_f32(expert_in, "expert_in"), stream());
     return true;
   }
-  bool moe_experts_normed(const Tensor& x, const Tensor& experts, const Tensor& weights, const BackendExperts& w,
-                          Tensor& out, const MoeOutputNorms& norms, bool ids_early) override {
+  bool moe_experts_normed(const Tensor& x, const Tensor& experts, const Tensor& weights,
+                          const BackendExperts& w, Tensor& out, const MoeOutputNorms& norms,
+                          bool ids_early) override {
     if (exact_ || norms.dense_out == nullptr || !norms.dense_out->is_contiguous()) return false;
     cuda::MoeOutputNorms n;
     n.dense_out = contiguous_f32(*norms.dense_out, "dense out");
@@ -413,8 +428,8 @@ class CudaBackend final : public Backend {
     ++counters_.fused_per_layer_input_steps;
     return true;
   }
-  bool attention_with_inputs(const PagedKvStep& step, const PagedKvLayer& kv, const AttentionInputs& in, float scale,
-                             Tensor& out) override {
+  bool attention_with_inputs(const PagedKvStep& step, const PagedKvLayer& kv, const AttentionInputs& in,
+                             float scale, Tensor& out) override {
     if (exact_ || kv.dtype != DType::kBF16) return false;
     const Rows q = rows_of(in.q, "q");
     cuda::AttentionBatch b = batch(step, kv, q.data, q.stride, contiguous_f32(out, "attention out"),
@@ -505,8 +520,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() { return ctx().stream(); }
 
   // The kernels' view of a step's KV for one cache layer (q and out unset when null).
-  cuda::AttentionBatch batch(const PagedKvStep& step, const PagedKvLayer& kv, const float* q, int64_t q_stride,
-                             float* out, int heads) const {
+  cuda::AttentionBatch batch(const PagedKvStep& step, const PagedKvLayer& kv, const float* q,
+                             int64_t q_stride, float* out, int heads) const {
     cuda::AttentionBatch b;
     b.q = q;
     b.q_stride = q_stride;
@@ -531,8 +546,8 @@ class CudaBackend final : public Backend {
     return b;
   }
 
-  void run_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, const BackendExperts& w, Tensor& out,
-                   const cuda::MoeOutputNorms* norms, bool ids_early) {
+  void run_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, const BackendExperts& w,
+                   Tensor& out, const cuda::MoeOutputNorms* norms, bool ids_early) {
     const auto* e = dynamic_cast<const CudaExperts*>(&w);
     LMX_REQUIRE(InvalidArgument, e != nullptr, "cuda backend: experts prepared by another backend");
     const int top_k = static_cast<int>(experts.dim(-1));
@@ -547,8 +562,8 @@ class CudaBackend final : public Backend {
                               e->down.quantized ? &e->down.packed : nullptr,
                               e->down.quantized ? nullptr : &e->down.dense, od, stream());
     } else if (e->down.quantized) {
-      cuda::quantized_moe_experts(xd, tokens, ids, wd, top_k, e->gate_up.packed, e->down.packed, od, ctx(), norms,
-                                  ids_early);
+      cuda::quantized_moe_experts(xd, tokens, ids, wd, top_k, e->gate_up.packed, e->down.packed, od, ctx(),
+                                  norms, ids_early);
     } else {
       cuda::dense_moe_experts(xd, tokens, ids, wd, top_k, e->gate_up.dense, e->down.dense, od, ctx(), norms);
     }
@@ -569,6 +584,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<CudaBackend>(device);
+}
 
 }  // namespace lmx

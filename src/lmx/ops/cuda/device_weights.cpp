@@ -78,8 +78,8 @@ DeviceWeight upload_stacked(std::span<const Weight* const> parts) {
     if (!w->defined() || w->is_quantized() != first.is_quantized()) return d;
     if (w->is_quantized()) {
       const ops::QuantizedWeight &q = w->quantized, &q0 = first.quantized;
-      if (q.codes.ndim() != 2 || q.bits != q0.bits || q.group_size != q0.group_size || q.cols() != q0.cols() ||
-          q.scales.dtype() != q0.scales.dtype())
+      if (q.codes.ndim() != 2 || q.bits != q0.bits || q.group_size != q0.group_size ||
+          q.cols() != q0.cols() || q.scales.dtype() != q0.scales.dtype())
         return d;
     } else if (w->dense.ndim() != 2 || w->dense.dtype() != first.dense.dtype() ||
                w->dense.dim(1) != first.dense.dim(1) ||
@@ -118,10 +118,11 @@ DeviceWeight upload_stacked(std::span<const Weight* const> parts) {
 DeviceWeight upload_expert_gate_up(const Weight& gate, const Weight& up) {
   const ops::QuantizedWeight &g = gate.quantized, &u = up.quantized;
   if (g.bits != u.bits || g.group_size != u.group_size || g.scales.dtype() != u.scales.dtype())
-    throw Unsupported(fmt::format("the CUDA backend needs a layer's expert gate and up projections quantized alike; "
-                                  "got {}-bit group {} {} and {}-bit group {} {}",
-                                  g.bits, g.group_size, dtype_name(g.scales.dtype()), u.bits, u.group_size,
-                                  dtype_name(u.scales.dtype())));
+    throw Unsupported(
+        fmt::format("the CUDA backend needs a layer's expert gate and up projections quantized alike; "
+                    "got {}-bit group {} {} and {}-bit group {} {}",
+                    g.bits, g.group_size, dtype_name(g.scales.dtype()), u.bits, u.group_size,
+                    dtype_name(u.scales.dtype())));
   Weight joined;
   joined.quantized.codes = join_expert_rows(g.codes, u.codes, "expert gate/up codes");
   joined.quantized.scales = join_expert_rows(g.scales, u.scales, "expert gate/up scales");
@@ -131,6 +132,8 @@ DeviceWeight upload_expert_gate_up(const Weight& gate, const Weight& up) {
   return upload_weight(joined);
 }
 
-size_t device_bytes(const DeviceWeight& w) { return w.data.bytes() + w.scales.bytes() + w.biases.bytes(); }
+size_t device_bytes(const DeviceWeight& w) {
+  return w.data.bytes() + w.scales.bytes() + w.biases.bytes();
+}
 
 }  // namespace lmx

@@ -2,9 +2,9 @@
 // scales and biases), optionally stacked into one matrix (q | k | v, gate | up) when stored alike.
 #pragma once
 
-#include "lmx/ops/weight.h"
 #include "lmx/ops/cuda/device_memory.h"
 #include "lmx/ops/cuda/linear.h"
+#include "lmx/ops/weight.h"
 
 #include <span>
 

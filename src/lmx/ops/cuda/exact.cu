@@ -29,7 +29,8 @@ __device__ __forceinline__ float widen(const void* data, DType dtype, int64_t i)
 }
 
 // Element (row, col) of matrix `batch` of a quantized stack, dequantized.
-__device__ __forceinline__ float quantized_at(const DeviceQuantized& w, int64_t batch, int64_t row, int64_t col) {
+__device__ __forceinline__ float quantized_at(const DeviceQuantized& w, int64_t batch, int64_t row,
+                                              int64_t col) {
   const int64_t r = batch * w.rows + row;
   const int64_t words = w.cols * w.bits / 32;
   const uint32_t* codes = w.codes + r * words;
@@ -48,7 +49,8 @@ __device__ __forceinline__ float dense_at(const DeviceDense& w, int64_t batch, i
 }
 
 template <class W>
-__global__ void linear_kernel(const float* x, int64_t x_stride, int64_t m, W w, float* out, int64_t out_stride) {
+__global__ void linear_kernel(const float* x, int64_t x_stride, int64_t m, W w, float* out,
+                              int64_t out_stride) {
   wait_for_prior_kernels();
   const int64_t total = m * w.rows;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -70,8 +72,8 @@ __global__ void linear_kernel(const float* x, int64_t x_stride, int64_t m, W w, 
 // One block per token: for each of its experts in order, gate/up into shared memory, then the down
 // projection added to the token's output.
 __global__ void moe_kernel(const float* x, int64_t hidden, int64_t inter, const int32_t* experts,
-                           const float* weights, int top_k, bool quantized, DeviceQuantized gq, DeviceDense gd,
-                           DeviceQuantized dq, DeviceDense dd, float* out) {
+                           const float* weights, int top_k, bool quantized, DeviceQuantized gq,
+                           DeviceDense gd, DeviceQuantized dq, DeviceDense dd, float* out) {
   wait_for_prior_kernels();
   extern __shared__ float act[];  // [inter]
   const int64_t t = blockIdx.x;
@@ -95,7 +97,8 @@ __global__ void moe_kernel(const float* x, int64_t hidden, int64_t inter, const 
     __syncthreads();
     for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
       float y = 0.0f;
-      for (int64_t i = 0; i < inter; ++i) y = fmaf(act[i], quantized ? quantized_at(dq, e, h, i) : dense_at(dd, e, h, i), y);
+      for (int64_t i = 0; i < inter; ++i)
+        y = fmaf(act[i], quantized ? quantized_at(dq, e, h, i) : dense_at(dd, e, h, i), y);
       orow[h] = orow[h] + weight * y;
     }
   }
@@ -121,14 +124,15 @@ __global__ void head_norm_kernel(float* x, int64_t x_stride, int64_t tokens, int
 
 __device__ __forceinline__ float* f32_row(const PagedStore& s, int seq, int pos, int64_t row_elems) {
   const int block = pos / s.block_tokens;
-  char* base = static_cast<char*>(const_cast<void*>(s.blocks[static_cast<int64_t>(seq) * s.stride + block -
-                                                             s.first_block[seq]]));
-  return reinterpret_cast<float*>(base + s.offset) + static_cast<int64_t>(pos - block * s.block_tokens) * row_elems;
+  char* base = static_cast<char*>(
+      const_cast<void*>(s.blocks[static_cast<int64_t>(seq) * s.stride + block - s.first_block[seq]]));
+  return reinterpret_cast<float*>(base + s.offset) +
+         static_cast<int64_t>(pos - block * s.block_tokens) * row_elems;
 }
 
-__global__ void append_f32_kernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
-                                  int row_elems, const int32_t* q_pos, const int32_t* q_seq, PagedStore ks,
-                                  PagedStore vs) {
+__global__ void append_f32_kernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+                                  int64_t tokens, int row_elems, const int32_t* q_pos, const int32_t* q_seq,
+                                  PagedStore ks, PagedStore vs) {
   wait_for_prior_kernels();
   const int64_t total = tokens * row_elems;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -180,61 +184,67 @@ __global__ void attention_f32_kernel(AttentionBatch b) {
   }
 }
 
-unsigned warps_grid(int64_t warps) { return detail::grid_blocks(warps * 32, kThreads, int64_t{1} << 30); }
+unsigned warps_grid(int64_t warps) {
+  return detail::grid_blocks(warps * 32, kThreads, int64_t{1} << 30);
+}
 
 }  // namespace
 
 void exact_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQuantized& w, float* out,
                   int64_t out_stride, cudaStream_t stream) {
   if (m <= 0 || w.rows <= 0) return;
-  launch(linear_kernel<DeviceQuantized>, detail::grid_blocks(m * w.rows, kThreads), kThreads, 0, stream, x, x_stride,
-         m, w, out, out_stride);
+  launch(linear_kernel<DeviceQuantized>, detail::grid_blocks(m * w.rows, kThreads), kThreads, 0, stream, x,
+         x_stride, m, w, out, out_stride);
 }
 
-void exact_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out, int64_t out_stride,
-                  cudaStream_t stream) {
+void exact_linear(const float* x, int64_t x_stride, int64_t m, const DeviceDense& w, float* out,
+                  int64_t out_stride, cudaStream_t stream) {
   if (m <= 0 || w.rows <= 0) return;
-  LMX_REQUIRE(InvalidArgument, w.dtype == DType::kF32 || w.dtype == DType::kBF16, "exact_linear: weight dtype");
-  launch(linear_kernel<DeviceDense>, detail::grid_blocks(m * w.rows, kThreads), kThreads, 0, stream, x, x_stride, m, w,
-         out, out_stride);
+  LMX_REQUIRE(InvalidArgument, w.dtype == DType::kF32 || w.dtype == DType::kBF16,
+              "exact_linear: weight dtype");
+  launch(linear_kernel<DeviceDense>, detail::grid_blocks(m * w.rows, kThreads), kThreads, 0, stream, x,
+         x_stride, m, w, out, out_stride);
 }
 
-void exact_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights, int top_k,
-                       const DeviceQuantized* gate_up_q, const DeviceDense* gate_up_d, const DeviceQuantized* down_q,
-                       const DeviceDense* down_d, float* out, cudaStream_t stream) {
+void exact_moe_experts(const float* x, int64_t tokens, const int32_t* experts, const float* weights,
+                       int top_k, const DeviceQuantized* gate_up_q, const DeviceDense* gate_up_d,
+                       const DeviceQuantized* down_q, const DeviceDense* down_d, float* out,
+                       cudaStream_t stream) {
   if (tokens <= 0) return;
   const int64_t hidden = down_q ? down_q->rows : down_d->rows, inter = down_q ? down_q->cols : down_d->cols;
   const size_t smem = static_cast<size_t>(inter) * sizeof(float);
-  LMX_REQUIRE(InvalidArgument, smem <= 48 * 1024, "exact_moe_experts: {} expert columns exceed shared memory", inter);
+  LMX_REQUIRE(InvalidArgument, smem <= 48 * 1024, "exact_moe_experts: {} expert columns exceed shared memory",
+              inter);
   const bool quantized = gate_up_q != nullptr && down_q != nullptr;
   LMX_REQUIRE(InvalidArgument, quantized || (gate_up_d != nullptr && down_d != nullptr),
               "exact_moe_experts: gate_up and down must both be quantized or both dense");
-  launch(moe_kernel, static_cast<unsigned>(tokens), kThreads, smem, stream, x, hidden, inter, experts, weights, top_k,
-         quantized, quantized ? *gate_up_q : DeviceQuantized{}, quantized ? DeviceDense{} : *gate_up_d,
-         quantized ? *down_q : DeviceQuantized{}, quantized ? DeviceDense{} : *down_d, out);
+  launch(moe_kernel, static_cast<unsigned>(tokens), kThreads, smem, stream, x, hidden, inter, experts,
+         weights, top_k, quantized, quantized ? *gate_up_q : DeviceQuantized{},
+         quantized ? DeviceDense{} : *gate_up_d, quantized ? *down_q : DeviceQuantized{},
+         quantized ? DeviceDense{} : *down_d, out);
 }
 
-void head_norm(float* x, int64_t x_stride, int64_t tokens, int heads, int head_dim, const float* weight, float eps,
-               cudaStream_t stream) {
+void head_norm(float* x, int64_t x_stride, int64_t tokens, int heads, int head_dim, const float* weight,
+               float eps, cudaStream_t stream) {
   if (tokens <= 0) return;
-  launch(head_norm_kernel, warps_grid(tokens * heads), kThreads, 0, stream, x, x_stride, tokens, heads, head_dim,
-         weight, eps);
+  launch(head_norm_kernel, warps_grid(tokens * heads), kThreads, 0, stream, x, x_stride, tokens, heads,
+         head_dim, weight, eps);
 }
 
-void kv_append_f32(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens, int kv_heads,
-                   int head_dim, const int32_t* q_pos, const int32_t* q_seq, const PagedStore& k_store,
-                   const PagedStore& v_store, cudaStream_t stream) {
+void kv_append_f32(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
+                   int kv_heads, int head_dim, const int32_t* q_pos, const int32_t* q_seq,
+                   const PagedStore& k_store, const PagedStore& v_store, cudaStream_t stream) {
   if (tokens <= 0) return;
   const int row_elems = kv_heads * head_dim;
-  launch(append_f32_kernel, detail::grid_blocks(tokens * row_elems, kThreads), kThreads, 0, stream, k, k_stride, v,
-         v_stride, tokens, row_elems, q_pos, q_seq, k_store, v_store);
+  launch(append_f32_kernel, detail::grid_blocks(tokens * row_elems, kThreads), kThreads, 0, stream, k,
+         k_stride, v, v_stride, tokens, row_elems, q_pos, q_seq, k_store, v_store);
 }
 
 void exact_attention(const AttentionBatch& batch, cudaStream_t stream) {
   if (batch.tokens <= 0) return;
   LMX_REQUIRE(InvalidArgument, batch.head_dim <= 512 && batch.heads % batch.kv_heads == 0,
-              "exact_attention: head_dim {} (at most 512), heads {} / kv heads {}", batch.head_dim, batch.heads,
-              batch.kv_heads);
+              "exact_attention: head_dim {} (at most 512), heads {} / kv heads {}", batch.head_dim,
+              batch.heads, batch.kv_heads);
   launch(attention_f32_kernel, warps_grid(batch.tokens * batch.heads), kThreads, 0, stream, batch);
 }
 

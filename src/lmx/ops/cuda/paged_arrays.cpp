@@ -8,10 +8,12 @@
 
 namespace lmx::cuda {
 
-PagedArrays::PagedArrays(const std::vector<std::vector<uint16_t>>& sequences, int64_t row_elems, int block_tokens)
+PagedArrays::PagedArrays(const std::vector<std::vector<uint16_t>>& sequences, int64_t row_elems,
+                         int block_tokens)
     : row_elems_(row_elems), block_tokens_(block_tokens) {
   LMX_REQUIRE(InvalidArgument, row_elems > 0 && block_tokens > 0 && !sequences.empty(),
-              "PagedArrays: {} sequences of rows of {} in blocks of {}", sequences.size(), row_elems, block_tokens);
+              "PagedArrays: {} sequences of rows of {} in blocks of {}", sequences.size(), row_elems,
+              block_tokens);
   const int64_t block_elems = row_elems * block_tokens;
   int64_t total = 0;
   for (const auto& s : sequences) {
@@ -27,9 +29,11 @@ PagedArrays::PagedArrays(const std::vector<std::vector<uint16_t>>& sequences, in
   for (size_t s = 0; s < sequences.size(); ++s) {
     const std::vector<uint16_t>& data = sequences[s];
     for (size_t i = 0; i < data.size(); ++i) {
-      const int64_t row = static_cast<int64_t>(i) / row_elems, block = first_block_of_seq_[s] + row / block_tokens;
+      const int64_t row = static_cast<int64_t>(i) / row_elems,
+                    block = first_block_of_seq_[s] + row / block_tokens;
       host[static_cast<size_t>(slot_of_block_[static_cast<size_t>(block)] * block_elems +
-                               (row % block_tokens) * row_elems + static_cast<int64_t>(i) % row_elems)] = data[i];
+                               (row % block_tokens) * row_elems + static_cast<int64_t>(i) % row_elems)] =
+          data[i];
     }
   }
   blocks_ = DeviceBuffer::upload(host.data(), host.size() * 2);
@@ -52,7 +56,8 @@ std::vector<uint16_t> PagedArrays::download(int seq, int64_t rows) const {
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t block = first_block_of_seq_[static_cast<size_t>(seq)] + row / block_tokens_;
     std::memcpy(out.data() + row * row_elems_,
-                all.data() + slot_of_block_[static_cast<size_t>(block)] * block_elems + (row % block_tokens_) * row_elems_,
+                all.data() + slot_of_block_[static_cast<size_t>(block)] * block_elems +
+                    (row % block_tokens_) * row_elems_,
                 static_cast<size_t>(row_elems_) * 2);
   }
   return out;
@@ -68,8 +73,9 @@ PagedStore PagedArrays::store() const {
   return s;
 }
 
-PagedStore contiguous_as_pages(const std::vector<const uint16_t*>& arrays, int64_t capacity, int64_t row_elems,
-                               int block_tokens, DeviceBuffer& table, DeviceBuffer& first) {
+PagedStore contiguous_as_pages(const std::vector<const uint16_t*>& arrays, int64_t capacity,
+                               int64_t row_elems, int block_tokens, DeviceBuffer& table,
+                               DeviceBuffer& first) {
   const int64_t blocks = std::max<int64_t>(1, (capacity + block_tokens - 1) / block_tokens);
   std::vector<const void*> host;
   for (const uint16_t* a : arrays)

@@ -1,6 +1,6 @@
 // Contiguous per-sequence KV arrays copied into device blocks with block tables, in the layout the paged
-// attention kernels read (PagedStore): how tests and benchmarks give the kernels caches they made on the host.
-// The blocks of all sequences share one allocation in reverse order, so that no sequence's blocks are
+// attention kernels read (PagedStore): how tests and benchmarks give the kernels caches they made on the
+// host. The blocks of all sequences share one allocation in reverse order, so that no sequence's blocks are
 // contiguous or in order.
 #pragma once
 
@@ -34,7 +34,7 @@ class PagedArrays {
 // Views contiguous device arrays (each [capacity, row_elems] bf16) as paged storage of block_tokens rows per
 // block: block i of sequence s is arrays[s] + i · block_tokens rows. The tables are written to `table` and
 // `first`, which the caller keeps while the view is used (benchmarks: no copy of the caches).
-PagedStore contiguous_as_pages(const std::vector<const uint16_t*>& arrays, int64_t capacity, int64_t row_elems,
-                               int block_tokens, DeviceBuffer& table, DeviceBuffer& first);
+PagedStore contiguous_as_pages(const std::vector<const uint16_t*>& arrays, int64_t capacity,
+                               int64_t row_elems, int block_tokens, DeviceBuffer& table, DeviceBuffer& first);
 
 }  // namespace lmx::cuda

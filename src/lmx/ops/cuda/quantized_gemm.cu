@@ -50,8 +50,8 @@ void prefill_any(const Problem& p, uint32_t* xp, const XRows& rows, const Prefil
 // Whichever operand a sweep re-reads should be the one that stays in L2: x-first re-reads every x tile once
 // per weight row tile, rows-first every weight tile once per x tile, so the rule takes rows-first when the
 // prepared x is the larger (a 2560 x 10240 projection from ~600 rows) and always for the MoE's grouped
-// launches, whose chunks each read only their expert's weights (26B-A4B, 128 experts at top 8, at 2048 tokens:
-// 92 MB of prepared x for the experts' gate/up, 1.4 GB read from DRAM x-first; measured on the H200,
+// launches, whose chunks each read only their expert's weights (26B-A4B, 128 experts at top 8, at 2048
+// tokens: 92 MB of prepared x for the experts' gate/up, 1.4 GB read from DRAM x-first; measured on the H200,
 // 2026-12-01).
 // Grid y holds at most 65535 tiles, whatever the choice.
 bool prefill_rows_first(const Problem& p, bool grouped, int64_t grid_x, Choice rule) {

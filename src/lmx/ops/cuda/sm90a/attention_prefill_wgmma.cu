@@ -1,17 +1,17 @@
 // The tiled prefill attention for head dims 129..512 (tiers 256 and 512) on Hopper's warpgroup MMA, built for
-// sm_90a only. It computes exactly what prefill_kernel (attention_prefill.cu) computes for the same rows — the
-// numerics of attention_kernels.cuh: 64-key tiles that are also the chunks, S = q·k chained over head_dim in
-// k16 steps, p = ex2(s - m) rounded to bf16, the chunk's acc = P·V and l = P·1 chained over its keys in k16
-// steps from +0, chunk states folded in key order — and a chain of wgmma k16 steps gives the bits of the same
-// chain of mma.sync m16n8k16 steps (bench/cuda/wgmma_probe.cu), so a row's output bits are those of the
+// sm_90a only. It computes exactly what prefill_kernel (attention_prefill.cu) computes for the same rows —
+// the numerics of attention_kernels.cuh: 64-key tiles that are also the chunks, S = q·k chained over head_dim
+// in k16 steps, p = ex2(s - m) rounded to bf16, the chunk's acc = P·V and l = P·1 chained over its keys in
+// k16 steps from +0, chunk states folded in key order — and a chain of wgmma k16 steps gives the bits of the
+// same chain of mma.sync m16n8k16 steps (bench/cuda/wgmma_probe.cu), so a row's output bits are those of the
 // mma.sync kernel and of the split-KV decode kernel (the batch-invariance tests compare them).
 //
-// What differs is the issue. An item is 64 query rows (the mma.sync kernel's 32 rows use 8 warps); a warpgroup
-// (4 warps, 128 threads) owns 256 of its output columns: a block is one warpgroup for tier 256, two for tier
-// 512, which then each compute S for half of the tile's keys (m64n32k16: an element's chain over head_dim is
-// the same), exchange their row maxima and P fragments through shared memory, and compute P·V for their own
-// 256 columns from the whole P (each used to compute the whole S: 6-7 % slower). Q (converted to bf16
-// once per item), each K tile and each V tile sit in shared memory in wgmma's 128-byte swizzled layout,
+// What differs is the issue. An item is 64 query rows (the mma.sync kernel's 32 rows use 8 warps); a
+// warpgroup (4 warps, 128 threads) owns 256 of its output columns: a block is one warpgroup for tier 256, two
+// for tier 512, which then each compute S for half of the tile's keys (m64n32k16: an element's chain over
+// head_dim is the same), exchange their row maxima and P fragments through shared memory, and compute P·V for
+// their own 256 columns from the whole P (each used to compute the whole S: 6-7 % slower). Q (converted to
+// bf16 once per item), each K tile and each V tile sit in shared memory in wgmma's 128-byte swizzled layout,
 // written by cp.async (K, V) and plain stores (Q, fenced to the async proxy):
 //  - S = Q·Kᵀ is head_dim / 16 wgmma m64n64k16 (tier 512: m64n32k16) with both operands read by the tensor
 //    cores from shared memory (K-major), so no warp loads Q or K fragments, and warp w holds full rows
@@ -361,8 +361,8 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
         }
 
         if (more)
-          load_tile_swizzled<kDims>(base + C::kK, k_tile(key0 + kTileKeys), p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo,
-                                    bhi);
+          load_tile_swizzled<kDims>(base + C::kK, k_tile(key0 + kTileKeys), p.kv_heads, kvh, p.head_dim,
+                                    key0 + kTileKeys, blo, bhi);
         cp_async_commit();
 
         cp_async_wait<1>();  // this thread's V copies landed
@@ -404,8 +404,8 @@ __global__ void __launch_bounds__(WgCfg<kDims>::kThreads, WgCfg<kDims>::kMinBloc
         });
         __syncthreads();  // every warp's P·V is done: V's buffer is free
         if (more)
-          load_tile_swizzled<kDims>(base + C::kV, v_tile(key0 + kTileKeys), p.kv_heads, kvh, p.head_dim, key0 + kTileKeys, blo,
-                                    bhi);
+          load_tile_swizzled<kDims>(base + C::kV, v_tile(key0 + kTileKeys), p.kv_heads, kvh, p.head_dim,
+                                    key0 + kTileKeys, blo, bhi);
         cp_async_commit();
       }
       cp_async_wait<0>();

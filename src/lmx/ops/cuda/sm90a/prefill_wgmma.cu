@@ -56,13 +56,13 @@ struct WgmmaConfig {
   static constexpr int kABytes = PrefillConfig<F>::kABytes;
   static constexpr int kBBytes = kN * 256;  // (a multiple of 1024: the swizzled halves stay aligned)
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // A split's segment totals: the first kRegisterTotals in registers (a segment's end is then that many adds),
-  // the others in shared memory. In shared memory a flush is a read and a write of 1 KB per total (~1 us per
-  // flush for the 64 totals of a 128-row tile, with the tensor cores idle; E4B's and 26B-A4B's dense projections
-  // have 8-16 segments of two chunks each; measured on the H200, 2026-12-02). All of them fit in registers
-  // for tiles of up to 128 x rows; the 160-row instance (the MoE's grouped launches, at most 3 segments) keeps
-  // kWideRegisterTotals of its 80 there (ptxas spills with 56, and with all 80 even at 240 registers per consumer;
-  // MoE dispatch at 2048 tokens: 32 → 680 us, 48 → 641 us).
+  // A split's segment totals: the first kRegisterTotals in registers (a segment's end is then that many
+  // adds), the others in shared memory. In shared memory a flush is a read and a write of 1 KB per total (~1
+  // us per flush for the 64 totals of a 128-row tile, with the tensor cores idle; E4B's and 26B-A4B's dense
+  // projections have 8-16 segments of two chunks each; measured on the H200, 2026-12-02). All of them fit in
+  // registers for tiles of up to 128 x rows; the 160-row instance (the MoE's grouped launches, at most 3
+  // segments) keeps kWideRegisterTotals of its 80 there (ptxas spills with 56, and with all 80 even at 240
+  // registers per consumer; MoE dispatch at 2048 tokens: 32 → 680 us, 48 → 641 us).
   static constexpr int kWideRegisterTotals = 48;
   static constexpr int kRegisterTotals = !kSplit ? 0 : kN <= 128 ? kAcc : kWideRegisterTotals;
   static constexpr int kSmemTotals = kSplit ? kAcc - kRegisterTotals : 0;
