@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -116,6 +117,108 @@ inline Bandwidth read_bandwidth(BandwidthProbe& probe, int max_threads, int reps
       if (gbs > best.gbs) best = {gbs, threads, streams};
     }
   return best;
+}
+
+// ---- Compute peak ---------------------------------------------------------------------------------------
+
+// Multiply-adds per second of one instruction kind when nothing else runs: 12 independent accumulator
+// chains (more than latency × issue width on current x86 cores) of the instruction on register operands.
+// The prefill kernels are reported as a fraction of these.
+struct ComputePeak {
+  double vnni_int8 = 0;  // vpdpbusd zmm: 64 u8×s8 multiply-adds each (0: the CPU lacks AVX-512 VNNI)
+  double fma_f32 = 0;    // vfmadd zmm: 16 f32 multiply-adds each (0: no AVX-512)
+  double bf16_dot = 0;   // vdpbf16ps zmm: 32 bf16 multiply-adds each (0: no AVX-512 BF16)
+};
+
+namespace peak_detail {
+#define LMX_PEAK_CHAINS(OP)                                                                                  \
+  for (int64_t it = 0; it < iters; ++it) {                                                                   \
+    a0 = OP(a0); a1 = OP(a1); a2 = OP(a2); a3 = OP(a3); a4 = OP(a4); a5 = OP(a5);                           \
+    a6 = OP(a6); a7 = OP(a7); a8 = OP(a8); a9 = OP(a9); a10 = OP(a10); a11 = OP(a11);                       \
+    __asm__ volatile("" : "+v"(x)); /* x changes each round: the loop cannot be folded */                   \
+  }
+// Seconds for `iters` rounds of 12 instructions; the sum of the chains is returned through `sink`.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline double vnni_rounds(int64_t iters, int64_t& sink) {
+  __m512i a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
+  a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = _mm512_set1_epi32(1);
+  __m512i x = _mm512_set1_epi8(3);
+  const __m512i y = _mm512_set1_epi8(5);
+  const auto start = Clock::now();
+#define LMX_PEAK_OP(a) _mm512_dpbusd_epi32(a, x, y)
+  LMX_PEAK_CHAINS(LMX_PEAK_OP)
+#undef LMX_PEAK_OP
+  const double s = seconds_since(start);
+  const __m512i sum = _mm512_add_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                       _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7))),
+      _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
+  sink += _mm512_reduce_add_epi32(sum);
+  return s;
+}
+__attribute__((target("avx512f"))) inline double fma_rounds(int64_t iters, int64_t& sink) {
+  __m512 a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
+  a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = _mm512_set1_ps(1.0f);
+  __m512 x = _mm512_set1_ps(0.9999f);
+  const __m512 y = _mm512_set1_ps(1e-4f);
+  const auto start = Clock::now();
+#define LMX_PEAK_OP(a) _mm512_fmadd_ps(a, x, y)
+  LMX_PEAK_CHAINS(LMX_PEAK_OP)
+#undef LMX_PEAK_OP
+  const double s = seconds_since(start);
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
+                                   _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  sink += static_cast<int64_t>(_mm512_reduce_add_ps(sum));
+  return s;
+}
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline double bf16_rounds(int64_t iters, int64_t& sink) {
+  __m512 a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
+  a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = _mm512_set1_ps(1.0f);
+  __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));  // 1.0
+  const __m512bh y = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3800));  // 2^-15
+  const auto start = Clock::now();
+#define LMX_PEAK_OP(a) _mm512_dpbf16_ps(a, x, y)
+  LMX_PEAK_CHAINS(LMX_PEAK_OP)
+#undef LMX_PEAK_OP
+  const double s = seconds_since(start);
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
+                                   _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  sink += static_cast<int64_t>(_mm512_reduce_add_ps(sum));
+  return s;
+}
+#undef LMX_PEAK_CHAINS
+
+// Multiply-adds per second of `rounds` on `threads` threads at once (best of 3 runs of ~0.1 s each).
+template <class Rounds>
+double peak_rate(Rounds rounds, int macs_per_instruction, int threads) {
+  constexpr int64_t kIters = 10'000'000;  // 120M instructions per thread and run
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> seconds(static_cast<size_t>(threads));
+    std::vector<int64_t> sinks(static_cast<size_t>(threads));
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t)
+      pool.emplace_back([&, t] { seconds[static_cast<size_t>(t)] = rounds(kIters, sinks[static_cast<size_t>(t)]); });
+    seconds[0] = rounds(kIters, sinks[0]);
+    for (auto& th : pool) th.join();
+    const double slowest = *std::max_element(seconds.begin(), seconds.end());
+    best = std::max(best, 12.0 * static_cast<double>(kIters) * macs_per_instruction * threads / slowest);
+  }
+  return best;
+}
+}  // namespace peak_detail
+
+// The peak multiply-add rates of `threads` threads running at once (per second, not per core).
+inline ComputePeak compute_peak(int threads) {
+  ComputePeak p;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) p.fma_f32 = peak_detail::peak_rate(peak_detail::fma_rounds, 16, threads);
+  if (__builtin_cpu_supports("avx512vnni"))
+    p.vnni_int8 = peak_detail::peak_rate(peak_detail::vnni_rounds, 64, threads);
+  if (__builtin_cpu_supports("avx512bf16"))
+    p.bf16_dot = peak_detail::peak_rate(peak_detail::bf16_rounds, 32, threads);
+  return p;
 }
 
 }  // namespace lmx::bench

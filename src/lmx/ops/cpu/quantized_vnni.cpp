@@ -126,8 +126,11 @@ constexpr int64_t kPrefillMinRows = 16;
 // Register tiles: x rows × weight rows. Shapes only change speed (each output's operations are the same).
 constexpr int kDecodeCols1 = 8;  // weight rows per decode tile with one x row
 constexpr int kDecodeCols = 4;   // ... with 2 or 4 x rows
+// Prefill tiles are 4 x rows × 3 weight rows: their 12 accumulators, 3 rows' codes and scales (9) and one x
+// row's digits (6) stay in the 32 vector registers; 4 × 4 spilled its accumulators to the stack and ran ~15 %
+// slower (bench_quant_bench's prefill table, 2026-12-05).
 constexpr int kPrefillRows = 4;
-constexpr int kPrefillCols = 4;
+constexpr int kPrefillCols = 3;
 // The code values the kernels center on (half the code range).
 constexpr int kCenter4 = 8;
 constexpr int kCenter8 = 128;
