@@ -126,11 +126,12 @@ constexpr int64_t kPrefillMinRows = 16;
 // Register tiles: x rows × weight rows. Shapes only change speed (each output's operations are the same).
 constexpr int kDecodeCols1 = 8;  // weight rows per decode tile with one x row
 constexpr int kDecodeCols = 4;   // ... with 2 or 4 x rows
-// Prefill tiles are 4 x rows × 3 weight rows: their 12 accumulators, 3 rows' codes and scales (9) and one x
-// row's digits (6) stay in the 32 vector registers; 4 × 4 spilled its accumulators to the stack and ran ~15 %
-// slower (bench_quant_bench's prefill table, 2026-12-05).
-constexpr int kPrefillRows = 4;
-constexpr int kPrefillCols = 3;
+// Prefill tiles are 2 x rows × 4 weight rows, x-stationary: both rows' digits (12 registers) stay in registers
+// while the 4 weight rows' codes pass one at a time, beside 8 accumulators. Against the 4 × 3 weight-stationary
+// tiles (each x row's digits loaded once per weight-row triple) 8-bit prefill ran ~18 % faster and 4-bit about
+// the same; 4 × 4 spilled accumulators (bench_quant_bench's prefill table, alternating runs, 2026-12-05).
+constexpr int kPrefillRows = 2;
+constexpr int kPrefillCols = 4;
 // The code values the kernels center on (half the code range).
 constexpr int kCenter4 = 8;
 constexpr int kCenter8 = 128;
@@ -485,6 +486,16 @@ HWY_NOINLINE void integer_tile(const QuantizedLinearArgs& a, int64_t m, int64_t 
       const ChunkDigits xd = load_digits(x_chunk);
       for (int c = 0; c < C; ++c)
         acc[0][c] = accumulate<Bits>(weight_chunk(c, chunk, col, cols), xd, x_chunk, acc[0][c]);
+    } else if constexpr (R <= 2) {
+      // One or two x rows: their digits stay in registers while the C weight rows' codes pass one at a time
+      // (the same operations per output as below).
+      ChunkDigits xd[R];
+      for (int r = 0; r < R; ++r) xd[r] = load_digits(x_row[r] + chunk * layout.chunk_bytes);
+      for (int c = 0; c < C; ++c) {
+        const ChunkCodes wc = weight_chunk(c, chunk, col, cols);
+        for (int r = 0; r < R; ++r)
+          acc[r][c] = accumulate<Bits>(wc, xd[r], x_row[r] + chunk * layout.chunk_bytes, acc[r][c]);
+      }
     } else {
       ChunkCodes wc[C];
       for (int c = 0; c < C; ++c) wc[c] = weight_chunk(c, chunk, col, cols);
@@ -540,23 +551,10 @@ void integer_block(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, int64_t
     for (; m < m1; ++m) tile_row<Bits, 1, kDecodeCols1>(a, m, n0, n1, wr, true);
     return;
   }
-  // Prefill: an x tile (R rows) stays in L1/L2 while the block's weight rows pass.
-  static_assert(kPrefillRows == 4);
-  for (; m + kPrefillRows <= m1; m += kPrefillRows)
-    tile_row<Bits, kPrefillRows, kPrefillCols>(a, m, n0, n1, wr, false);
-  switch (m1 - m) {
-    case 3:
-      tile_row<Bits, 3, kPrefillCols>(a, m, n0, n1, wr, false);
-      break;
-    case 2:
-      tile_row<Bits, 2, kPrefillCols>(a, m, n0, n1, wr, false);
-      break;
-    case 1:
-      tile_row<Bits, 1, kPrefillCols>(a, m, n0, n1, wr, false);
-      break;
-    default:
-      break;
-  }
+  // Prefill: x-row pairs, each pair's chunk held in registers while the block's weight rows pass (from L2).
+  static_assert(kPrefillRows == 2);
+  for (; m + 2 <= m1; m += 2) tile_row<Bits, 2, kPrefillCols>(a, m, n0, n1, wr, false);
+  if (m < m1) tile_row<Bits, 1, kPrefillCols>(a, m, n0, n1, wr, false);
 }
 
 void integer_block_impl(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
