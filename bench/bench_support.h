@@ -131,14 +131,25 @@ struct ComputePeak {
 };
 
 namespace peak_detail {
-#define LMX_PEAK_CHAINS(OP)                                                                                  \
-  for (int64_t it = 0; it < iters; ++it) {                                                                   \
-    a0 = OP(a0); a1 = OP(a1); a2 = OP(a2); a3 = OP(a3); a4 = OP(a4); a5 = OP(a5);                           \
-    a6 = OP(a6); a7 = OP(a7); a8 = OP(a8); a9 = OP(a9); a10 = OP(a10); a11 = OP(a11);                       \
-    __asm__ volatile("" : "+v"(x)); /* x changes each round: the loop cannot be folded */                   \
+#define LMX_PEAK_CHAINS(OP)                                                               \
+  for (int64_t it = 0; it < iters; ++it) {                                                \
+    a0 = OP(a0);                                                                          \
+    a1 = OP(a1);                                                                          \
+    a2 = OP(a2);                                                                          \
+    a3 = OP(a3);                                                                          \
+    a4 = OP(a4);                                                                          \
+    a5 = OP(a5);                                                                          \
+    a6 = OP(a6);                                                                          \
+    a7 = OP(a7);                                                                          \
+    a8 = OP(a8);                                                                          \
+    a9 = OP(a9);                                                                          \
+    a10 = OP(a10);                                                                        \
+    a11 = OP(a11);                                                                        \
+    __asm__ volatile("" : "+v"(x)); /* x changes each round: the loop cannot be folded */ \
   }
 // Seconds for `iters` rounds of 12 instructions; the sum of the chains is returned through `sink`.
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline double vnni_rounds(int64_t iters, int64_t& sink) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline double vnni_rounds(int64_t iters,
+                                                                                 int64_t& sink) {
   __m512i a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
   a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = _mm512_set1_epi32(1);
   __m512i x = _mm512_set1_epi8(3);
@@ -148,12 +159,22 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline double vnni_rounds
   LMX_PEAK_CHAINS(LMX_PEAK_OP)
 #undef LMX_PEAK_OP
   const double s = seconds_since(start);
-  const __m512i sum = _mm512_add_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
-                       _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7))),
-      _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
+  const __m512i sum =
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                        _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7))),
+                       _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
   sink += _mm512_reduce_add_epi32(sum);
   return s;
+}
+// The 12 f32 chains' total (kept so the compiler cannot drop them).
+__attribute__((target("avx512f"))) inline int64_t sum_of_chains(__m512 a0, __m512 a1, __m512 a2, __m512 a3,
+                                                                __m512 a4, __m512 a5, __m512 a6, __m512 a7,
+                                                                __m512 a8, __m512 a9, __m512 a10,
+                                                                __m512 a11) {
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
+                                   _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  return static_cast<int64_t>(_mm512_reduce_add_ps(sum));
 }
 __attribute__((target("avx512f"))) inline double fma_rounds(int64_t iters, int64_t& sink) {
   __m512 a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
@@ -165,26 +186,21 @@ __attribute__((target("avx512f"))) inline double fma_rounds(int64_t iters, int64
   LMX_PEAK_CHAINS(LMX_PEAK_OP)
 #undef LMX_PEAK_OP
   const double s = seconds_since(start);
-  const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
-                                   _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-  sink += static_cast<int64_t>(_mm512_reduce_add_ps(sum));
+  sink += sum_of_chains(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11);
   return s;
 }
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline double bf16_rounds(int64_t iters, int64_t& sink) {
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline double bf16_rounds(int64_t iters,
+                                                                                 int64_t& sink) {
   __m512 a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
   a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = _mm512_set1_ps(1.0f);
-  __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));  // 1.0
+  __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));        // 1.0
   const __m512bh y = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3800));  // 2^-15
   const auto start = Clock::now();
 #define LMX_PEAK_OP(a) _mm512_dpbf16_ps(a, x, y)
   LMX_PEAK_CHAINS(LMX_PEAK_OP)
 #undef LMX_PEAK_OP
   const double s = seconds_since(start);
-  const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
-                                   _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-  sink += static_cast<int64_t>(_mm512_reduce_add_ps(sum));
+  sink += sum_of_chains(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11);
   return s;
 }
 #undef LMX_PEAK_CHAINS
@@ -199,7 +215,8 @@ double peak_rate(Rounds rounds, int macs_per_instruction, int threads) {
     std::vector<int64_t> sinks(static_cast<size_t>(threads));
     std::vector<std::thread> pool;
     for (int t = 1; t < threads; ++t)
-      pool.emplace_back([&, t] { seconds[static_cast<size_t>(t)] = rounds(kIters, sinks[static_cast<size_t>(t)]); });
+      pool.emplace_back(
+          [&, t] { seconds[static_cast<size_t>(t)] = rounds(kIters, sinks[static_cast<size_t>(t)]); });
     seconds[0] = rounds(kIters, sinks[0]);
     for (auto& th : pool) th.join();
     const double slowest = *std::max_element(seconds.begin(), seconds.end());
@@ -213,7 +230,8 @@ double peak_rate(Rounds rounds, int macs_per_instruction, int threads) {
 inline ComputePeak compute_peak(int threads) {
   ComputePeak p;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) p.fma_f32 = peak_detail::peak_rate(peak_detail::fma_rounds, 16, threads);
+  if (__builtin_cpu_supports("avx512f"))
+    p.fma_f32 = peak_detail::peak_rate(peak_detail::fma_rounds, 16, threads);
   if (__builtin_cpu_supports("avx512vnni"))
     p.vnni_int8 = peak_detail::peak_rate(peak_detail::vnni_rounds, 64, threads);
   if (__builtin_cpu_supports("avx512bf16"))

@@ -126,10 +126,11 @@ constexpr int64_t kPrefillMinRows = 16;
 // Register tiles: x rows × weight rows. Shapes only change speed (each output's operations are the same).
 constexpr int kDecodeCols1 = 8;  // weight rows per decode tile with one x row
 constexpr int kDecodeCols = 4;   // ... with 2 or 4 x rows
-// Prefill tiles are 2 x rows × 4 weight rows, x-stationary: both rows' digits (12 registers) stay in registers
-// while the 4 weight rows' codes pass one at a time, beside 8 accumulators. Against the 4 × 3 weight-stationary
-// tiles (each x row's digits loaded once per weight-row triple) 8-bit prefill ran ~18 % faster and 4-bit about
-// the same; 4 × 4 spilled accumulators (bench_quant_bench's prefill table, alternating runs, 2026-12-05).
+// Prefill tiles are 2 x rows × 4 weight rows, x-stationary: both rows' digits (12 registers) stay in
+// registers while the 4 weight rows' codes pass one at a time, beside 8 accumulators. Against the 4 × 3
+// weight-stationary tiles (each x row's digits loaded once per weight-row triple) 8-bit prefill ran ~18 %
+// faster and 4-bit about the same; 4 × 4 spilled accumulators (bench_quant_bench's prefill table, alternating
+// runs, 2026-12-05).
 constexpr int kPrefillRows = 2;
 constexpr int kPrefillCols = 4;
 // The code values the kernels center on (half the code range).
