@@ -480,22 +480,18 @@ HWY_NOINLINE void integer_tile(const QuantizedLinearArgs& a, int64_t m, int64_t 
   };
   for (int64_t chunk = 0; chunk < layout.chunks; ++chunk) {
     const int64_t col = chunk * kChunkCols, cols = std::min(kChunkCols, k - col);
-    if constexpr (R == 1) {
-      // One x row: each weight row's codes are used once, right after their load (the same operations as
-      // below; keeping C rows' codes and scales live at once spilled them to the stack).
-      const uint8_t* x_chunk = x_row[0] + chunk * layout.chunk_bytes;
-      const ChunkDigits xd = load_digits(x_chunk);
-      for (int c = 0; c < C; ++c)
-        acc[0][c] = accumulate<Bits>(weight_chunk(c, chunk, col, cols), xd, x_chunk, acc[0][c]);
-    } else if constexpr (R <= 2) {
-      // One or two x rows: their digits stay in registers while the C weight rows' codes pass one at a time
-      // (the same operations per output as below).
+    if constexpr (R <= 2) {
+      // One or two x rows: their digits stay in registers while the C weight rows' codes pass one at a time,
+      // each used right after its load (keeping C rows' codes live at once spilled them to the stack).
+      const uint8_t* x_chunk[R];
       ChunkDigits xd[R];
-      for (int r = 0; r < R; ++r) xd[r] = load_digits(x_row[r] + chunk * layout.chunk_bytes);
+      for (int r = 0; r < R; ++r) {
+        x_chunk[r] = x_row[r] + chunk * layout.chunk_bytes;
+        xd[r] = load_digits(x_chunk[r]);
+      }
       for (int c = 0; c < C; ++c) {
         const ChunkCodes wc = weight_chunk(c, chunk, col, cols);
-        for (int r = 0; r < R; ++r)
-          acc[r][c] = accumulate<Bits>(wc, xd[r], x_row[r] + chunk * layout.chunk_bytes, acc[r][c]);
+        for (int r = 0; r < R; ++r) acc[r][c] = accumulate<Bits>(wc, xd[r], x_chunk[r], acc[r][c]);
       }
     } else {
       ChunkCodes wc[C];
@@ -554,7 +550,8 @@ void integer_block(const QuantizedLinearArgs& a, int64_t m0, int64_t m1, int64_t
   }
   // Prefill: x-row pairs, each pair's chunk held in registers while the block's weight rows pass (from L2).
   static_assert(kPrefillRows == 2);
-  for (; m + 2 <= m1; m += 2) tile_row<Bits, 2, kPrefillCols>(a, m, n0, n1, wr, false);
+  for (; m + kPrefillRows <= m1; m += kPrefillRows)
+    tile_row<Bits, kPrefillRows, kPrefillCols>(a, m, n0, n1, wr, false);
   if (m < m1) tile_row<Bits, 1, kPrefillCols>(a, m, n0, n1, wr, false);
 }
 
