@@ -4,13 +4,12 @@
 
 #include "lmx/core/error.h"
 #include "lmx/core/printable.h"
-#include "lmx/engine/chat_session.h"
+#include "lmx/engine/engine.h"
 #include "lmx/engine/sampler.h"
 #include "lmx/io/directory.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/model/language_model.h"
 #include "lmx/text/chat_template.h"
-#include "lmx/text/detokenizer.h"
 #include "lmx/text/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -109,28 +109,22 @@ void report_turn_error(const Error& e) {
 struct ChatOptions {
   std::string model, system;
   ModelFlags flags;
-  float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
-  int top_k = 0, max_tokens = 512, threads = 0;
-  uint64_t seed = 0;
+  SamplingFlags sampling;
+  int max_tokens = 512, threads = 0;
   bool ignore_eos = false, stats = false;
-  // Set when the flag was given (it overrides generation_config.json).
-  CLI::Option *temperature_flag = nullptr, *top_p_flag = nullptr, *top_k_flag = nullptr,
-              *min_p_flag = nullptr, *repetition_penalty_flag = nullptr, *seed_flag = nullptr;
 };
 
-// Prompts run in steps of at most this many tokens, bounding activation memory on long histories.
-constexpr int kPrefillChunkTokens = 512;
-
-// One conversation: its messages (the system message first, when given), its KV and its sampler.
+// One conversation on the engine: its messages (the system message first, when given), its KV (kept
+// between turns, so a turn runs only what the template added) and its sampling settings.
 class Chat {
  public:
   Chat(const ChatOptions& options, const std::string& dir)
       : options_(options),
         tokenizer_(Tokenizer::load(dir)),
         template_(require_template(tokenizer_, dir)),
-        sampler_(sampling_params(options, dir)),
+        sampling_(sampling_params(options, dir)),
         model_(load_language_model(dir, options.flags)),
-        session_(*model_, kPrefillChunkTokens) {
+        engine_(*model_, &tokenizer_) {
     // Stop at every end token the model directory names (Gemma 4: <eos> and <turn|>).
     stop_ids_ = load_generation_config(dir).eos_token_ids;
     for (int id : model_->description().eos_token_ids) stop_ids_.push_back(id);
@@ -144,7 +138,7 @@ class Chat {
   void reset() {
     messages_ = nlohmann::ordered_json::array();
     if (!options_.system.empty()) messages_.push_back({{"role", "system"}, {"content", options_.system}});
-    session_.reset();
+    conversation_ = std::make_shared<Conversation>();
   }
 
   // Answers one user message, streaming the text to stdout; the answer (partial when stopped by
@@ -160,37 +154,57 @@ class Chat {
       report_turn_error(e);
       return false;
     }
-    TurnOptions turn;
+    GenerationRequest request;
+    request.prompt = prompt;
+    request.sampling = sampling_;
     // fit_prompt leaves room for at least one token; the answer stops at the context's end.
-    turn.max_new_tokens = options_.max_tokens;
+    request.max_tokens = options_.max_tokens;
     if (context_tokens_ > 0)
-      turn.max_new_tokens = static_cast<int>(
-          std::min<int64_t>(turn.max_new_tokens, context_tokens_ - static_cast<int64_t>(prompt.size())));
-    if (!options_.ignore_eos) turn.stop_token_ids = stop_ids_;
-    StreamingDetokenizer detokenizer(tokenizer_, /*skip_special_tokens=*/true);
-    std::string text;
-    turn.on_token = [&](int32_t token) {
-      std::string piece = detokenizer.feed(token);
-      write_out(piece);
-      text += piece;
-      return !g_interrupted;
-    };
+      request.max_tokens = static_cast<int>(
+          std::min<int64_t>(request.max_tokens, context_tokens_ - static_cast<int64_t>(prompt.size())));
+    if (!options_.ignore_eos) request.stop_token_ids = stop_ids_;
+    request.conversation = conversation_;
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    TurnStats stats;
+    std::string text, error;
+    RequestId id = 0;
+    bool done = false;
     g_interrupted = 0;
-    TurnResult result;
     try {
-      result = generate_turn(session_, sampler_, prompt, turn);
+      id = engine_.submit(std::move(request), [&](const RequestEvent& event) {
+        if (!event.tokens.empty() && stats.answer_tokens == 0)
+          stats.first_token_s = std::chrono::duration<double>(Clock::now() - start).count();
+        stats.answer_tokens = event.generated_tokens;
+        stats.prompt_tokens = event.prompt_tokens;
+        stats.reused_tokens = event.reused_tokens;
+        write_out(event.text);
+        text += event.text;
+        if (event.finish) {
+          done = true;
+          stats.finish = *event.finish;
+          error = event.error;
+        } else if (g_interrupted) {
+          engine_.cancel(id);
+        }
+      });
+      while (!done) engine_.step();
     } catch (const Error& e) {
       write_out("\n");
       report_turn_error(e);
       return false;
     }
-    std::string tail = detokenizer.flush();
-    text += tail;
-    write_out(tail + "\n");
+    write_out("\n");
+    if (stats.finish == FinishReason::kError) {
+      report_turn_error(Error(error));
+      return false;
+    }
+    stats.total_s = std::chrono::duration<double>(Clock::now() - start).count();
+    stats.kv_bytes = conversation_->sequence ? model_->kv_bytes(*conversation_->sequence) : 0;
     messages.push_back({{"role", "assistant"}, {"content", text}});
     messages_ = std::move(messages);
-    if (result.finish == FinishReason::kCancelled) std::fprintf(stderr, "[stopped]\n");
-    if (options_.stats) print_stats(result);
+    if (stats.finish == FinishReason::kCancelled) std::fprintf(stderr, "[stopped]\n");
+    if (options_.stats) print_stats(stats);
     g_interrupted = 0;
     return true;
   }
@@ -198,25 +212,13 @@ class Chat {
  private:
   static ChatTemplate require_template(const Tokenizer& tokenizer, const std::string& dir) {
     LMX_REQUIRE(InvalidArgument, !tokenizer.chat_template().empty(),
-                             "{} has no chat template (chat_template.jinja or tokenizer_config.json)", dir);
+                "{} has no chat template (chat_template.jinja or tokenizer_config.json)", dir);
     return ChatTemplate(tokenizer.chat_template());
   }
 
   static SamplingParams sampling_params(const ChatOptions& o, const std::string& dir) {
-    SamplingParams p = sampling_from_generation_config(load_generation_config(dir));
-    if (o.temperature_flag->count()) p.temperature = o.temperature;
-    if (o.top_p_flag->count()) p.top_p = o.top_p;
-    if (o.top_k_flag->count()) p.top_k = o.top_k;
-    if (o.min_p_flag->count()) p.min_p = o.min_p;
-    if (o.repetition_penalty_flag->count()) p.repetition_penalty = o.repetition_penalty;
-    if (o.seed_flag->count()) p.seed = o.seed;
-    try {
-      validate(p);
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(
-          fmt::format("{} (settings from {}/generation_config.json and the flags)", e.what(), dir));
-    }
-    return p;
+    return cli::sampling_params(o.sampling, sampling_from_generation_config(load_generation_config(dir)),
+                                dir + "/generation_config.json");
   }
 
   // The prompt of `messages`, after dropping their oldest user/assistant exchanges while it would
@@ -242,28 +244,36 @@ class Chat {
     }
   }
 
-  void print_stats(const TurnResult& r) const {
+  // What one answer took: tokens, times from the submission, how it ended.
+  struct TurnStats {
+    int64_t prompt_tokens = 0, reused_tokens = 0, answer_tokens = 0;
+    double first_token_s = 0, total_s = 0;
+    FinishReason finish = FinishReason::kLength;
+    size_t kv_bytes = 0;
+  };
+
+  static void print_stats(const TurnStats& r) {
     const char* finish = r.finish == FinishReason::kStop     ? "stop"
                          : r.finish == FinishReason::kLength ? "length"
                                                              : "stopped";
     const double prefill_rate =
-        r.prefill_seconds > 0 ? static_cast<double>(r.prompt_tokens - r.reused_tokens) / r.prefill_seconds
-                              : 0;
-    const double decode_rate = r.tokens.size() > 1 && r.decode_seconds > 0
-                                   ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds
-                                   : 0;
-    std::fprintf(stderr,
-                 "[prompt %lld tokens, %lld reused, %.1f tok/s; answer %zu tokens, %.1f tok/s; %s; KV %s]\n",
-                 static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.reused_tokens),
-                 prefill_rate, r.tokens.size(), decode_rate, finish, format_bytes(r.kv_bytes).c_str());
+        r.first_token_s > 0 ? static_cast<double>(r.prompt_tokens - r.reused_tokens) / r.first_token_s : 0;
+    const double decode_s = r.total_s - r.first_token_s;
+    const double decode_rate =
+        r.answer_tokens > 1 && decode_s > 0 ? static_cast<double>(r.answer_tokens - 1) / decode_s : 0;
+    std::fprintf(
+        stderr, "[prompt %lld tokens, %lld reused, %.1f tok/s; answer %lld tokens, %.1f tok/s; %s; KV %s]\n",
+        static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.reused_tokens), prefill_rate,
+        static_cast<long long>(r.answer_tokens), decode_rate, finish, format_bytes(r.kv_bytes).c_str());
   }
 
   const ChatOptions& options_;
   Tokenizer tokenizer_;
   ChatTemplate template_;
-  Sampler sampler_;
+  SamplingParams sampling_;
   std::unique_ptr<LanguageModel> model_;
-  ChatSession session_;
+  Engine engine_;
+  std::shared_ptr<Conversation> conversation_;
   std::vector<int32_t> stop_ids_;
   int64_t context_tokens_ = 0;  // the model's context length; 0 = unknown
   nlohmann::ordered_json messages_;
@@ -321,20 +331,7 @@ Verb add_chat(CLI::App& app) {
   cmd->add_option("--model", opt->model, "Model directory (default: models/demo of the lmx source tree)")
       ->check(non_empty());
   cmd->add_option("--system", opt->system, "System message that opens the conversation");
-  opt->temperature_flag =
-      cmd->add_option("--temperature", opt->temperature,
-                      "Sampling temperature, 0 = greedy (default: generation_config.json)")
-          ->check(CLI::Range(0.0f, 100.0f));
-  opt->top_p_flag = cmd->add_option("--top-p", opt->top_p, "Nucleus sampling mass in (0, 1], 1 = off")
-                        ->check(CLI::Range(0.0f, 1.0f));
-  opt->top_k_flag = cmd->add_option("--top-k", opt->top_k, "Keep the K most likely tokens, 0 = off")
-                        ->check(CLI::Range(0, 1 << 30));
-  opt->min_p_flag =
-      cmd->add_option("--min-p", opt->min_p, "Keep tokens with p ≥ min_p · p_max, in [0, 1), 0 = off")
-          ->check(CLI::Range(0.0f, 1.0f));
-  opt->repetition_penalty_flag = cmd->add_option("--repetition-penalty", opt->repetition_penalty,
-                                                 "Penalty > 0 on the last 20 tokens, 1 = off");
-  opt->seed_flag = cmd->add_option("--seed", opt->seed, "Random seed (reproducible answers)");
+  add_sampling_options(cmd, opt->sampling, "generation_config.json");
   cmd->add_option("--max-tokens", opt->max_tokens, "Most tokens per answer")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
   add_model_options(cmd, opt->flags);

@@ -1,16 +1,17 @@
-// `lmx generate`: greedy continuation of a prompt given as token ids, raw text or one chat turn.
+// `lmx generate`: one continuation (greedy, or sampled with the sampling flags) of a prompt given as token
+// ids, raw text or one chat turn, run on the engine.
 #include "commands.h"
 
 #include "lmx/core/error.h"
-#include "lmx/engine/greedy.h"
+#include "lmx/engine/engine.h"
 #include "lmx/io/directory.h"
 #include "lmx/io/model_dir.h"
 #include "lmx/model/language_model.h"
-#include "lmx/text/detokenizer.h"
 #include "lmx/text/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -20,27 +21,34 @@ Verb add_generate(CLI::App& app) {
   struct Options {
     std::string model, prompt_ids, prompt, chat;
     ModelFlags flags;
+    SamplingFlags sampling;
     int max_tokens = 32, threads = 0, prefill_chunk = 0;
     bool json = false;
   };
   auto opt = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("generate", "Greedy generation from prompt token ids, text or a chat turn");
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Generate from prompt token ids, text or a chat turn (greedy by default)");
   cmd->add_option("--model", opt->model,
                   "Model directory (config.json + safetensors [+ tokenizer]); "
                   "default: the bundled demo model")
       ->check(non_empty());
-  auto* ids = cmd->add_option("--prompt-ids", opt->prompt_ids, "Comma-separated prompt token ids, e.g. 2,105,2364");
+  auto* ids =
+      cmd->add_option("--prompt-ids", opt->prompt_ids, "Comma-separated prompt token ids, e.g. 2,105,2364");
   auto* raw = cmd->add_option("--prompt", opt->prompt, "Raw prompt text (encoded with special tokens)");
   auto* chat = cmd->add_option("--chat", opt->chat, "One user turn, rendered through the chat template");
   ids->excludes(raw)->excludes(chat);
   raw->excludes(chat);
   cmd->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--prefill-chunk", opt->prefill_chunk, "Prefill the prompt in chunks of N tokens (0 = one step)")
+  cmd->add_option("--prefill-chunk", opt->prefill_chunk,
+                  "Prefill the prompt in chunks of N tokens (0 = one step)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
+  add_sampling_options(cmd, opt->sampling, "0, greedy; the other filters off");
   add_model_options(cmd, opt->flags);
-  cmd->add_flag("--json", opt->json,
-                "Print {\"tokens\", \"text\", \"prompt_tok_s\", \"decode_tok_s\", \"kv_bytes\"} as JSON");
+  cmd->add_flag(
+      "--json", opt->json,
+      "Print {\"tokens\", \"text\", \"finish_reason\", \"prompt_tok_s\", \"decode_tok_s\", \"kv_bytes\"} as "
+      "JSON");
   return {cmd, [opt, ids, raw, chat] {
             if (!ids->count() && !raw->count() && !chat->count())
               throw InvalidArgument("generate needs --prompt-ids, --prompt or --chat");
@@ -60,49 +68,76 @@ Verb add_generate(CLI::App& app) {
               prompt = tokenizer->encode(rendered, /*add_special_tokens=*/false);  // the template wrote <bos>
             }
             LMX_REQUIRE(InvalidArgument, !prompt.empty(), "the prompt is empty");
+            // Greedy unless a flag asks for sampling (generation_config.json's defaults are chat's).
+            SamplingParams greedy;
+            greedy.temperature = 0;
+            const SamplingParams sampling = sampling_params(opt->sampling, greedy, "the defaults");
             auto model = load_language_model(opt->model, opt->flags);
             require_within_context(
                 *model, static_cast<int64_t>(prompt.size()) + opt->max_tokens,
                 fmt::format("the prompt ({} tokens) and --max-tokens {}", prompt.size(), opt->max_tokens));
-            GenerationConfig generation = load_generation_config(opt->model);
-            GreedyOptions options;
-            options.max_new_tokens = opt->max_tokens;
-            options.prefill_chunk_tokens = opt->prefill_chunk;
-            options.stop_token_ids = generation.eos_token_ids;
-            if (options.stop_token_ids.empty())
-              for (int id : model->description().eos_token_ids) options.stop_token_ids.push_back(id);
-            std::optional<StreamingDetokenizer> stream;
-            if (tokenizer) stream.emplace(*tokenizer, /*skip_special_tokens=*/true);
-            if (!opt->json)
-              options.on_token = [&stream](int32_t t) {
-                if (stream) {
-                  std::string piece = stream->feed(t);
-                  std::fwrite(piece.data(), 1, piece.size(), stdout);
+            GenerationRequest request;
+            request.prompt = prompt;
+            request.sampling = sampling;
+            request.max_tokens = opt->max_tokens;
+            request.stop_token_ids = load_generation_config(opt->model).eos_token_ids;
+            if (request.stop_token_ids.empty())
+              for (int id : model->description().eos_token_ids) request.stop_token_ids.push_back(id);
+            // The conversation keeps the sequence's KV after the request, to report the bytes it held.
+            request.conversation = std::make_shared<Conversation>();
+            auto conversation = request.conversation;
+            EngineOptions engine_options;
+            engine_options.scheduler.prefill_chunk_tokens =
+                opt->prefill_chunk > 0 ? opt->prefill_chunk : static_cast<int64_t>(prompt.size());
+            engine_options.scheduler.step_tokens = engine_options.scheduler.prefill_chunk_tokens;
+            Engine engine(*model, tokenizer ? &*tokenizer : nullptr, engine_options);
+
+            using Clock = std::chrono::steady_clock;
+            const auto start = Clock::now();
+            double first_token_s = 0;
+            std::vector<int32_t> tokens;
+            std::string text, error;
+            FinishReason finish = FinishReason::kLength;
+            engine.submit(std::move(request), [&](const RequestEvent& event) {
+              if (tokens.empty() && !event.tokens.empty())
+                first_token_s = std::chrono::duration<double>(Clock::now() - start).count();
+              tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
+              text += event.text;
+              if (!opt->json) {
+                if (tokenizer) {
+                  std::fwrite(event.text.data(), 1, event.text.size(), stdout);
                 } else {
-                  std::printf("%d ", t);
+                  for (int32_t t : event.tokens) std::printf("%d ", t);
                 }
                 std::fflush(stdout);
-                return true;
-              };
-            GreedyResult r = generate_greedy(*model, prompt, options);
-            double prompt_tok_s = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
-            double decode_tok_s =
-                r.tokens.size() > 1 && r.decode_seconds > 0 ? (r.tokens.size() - 1) / r.decode_seconds : 0;
+              }
+              if (event.finish) {
+                finish = *event.finish;
+                error = event.error;
+              }
+            });
+            engine.run_until_idle();
+            LMX_REQUIRE(Error, finish != FinishReason::kError, "{}", error);
+            const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
+            const double prompt_tok_s =
+                first_token_s > 0 ? static_cast<double>(prompt.size()) / first_token_s : 0;
+            const double decode_tok_s =
+                tokens.size() > 1 && total_s > first_token_s
+                    ? static_cast<double>(tokens.size() - 1) / (total_s - first_token_s)
+                    : 0;
+            const size_t kv_bytes = conversation->sequence ? model->kv_bytes(*conversation->sequence) : 0;
             if (opt->json) {
-              nlohmann::json out = {{"tokens", r.tokens},
+              nlohmann::json out = {{"tokens", tokens},
+                                    {"finish_reason", finish_reason_name(finish)},
                                     {"prompt_tok_s", prompt_tok_s},
                                     {"decode_tok_s", decode_tok_s},
-                                    {"kv_bytes", r.kv_bytes}};
-              if (tokenizer) out["text"] = tokenizer->decode(r.tokens, /*skip_special_tokens=*/true);
+                                    {"kv_bytes", kv_bytes}};
+              if (tokenizer) out["text"] = text;
               std::printf("%s\n", out.dump().c_str());
             } else {
-              if (stream) {
-                std::string rest = stream->flush();
-                std::fwrite(rest.data(), 1, rest.size(), stdout);
-              }
-              std::printf("\nprompt: %d tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
-                          r.prompt_tokens, prompt_tok_s, r.tokens.size(), decode_tok_s,
-                          format_bytes(r.kv_bytes).c_str(),
+              std::printf("\nprompt: %zu tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
+                          prompt.size(), prompt_tok_s, tokens.size(), decode_tok_s,
+                          format_bytes(kv_bytes).c_str(),
                           std::string(model->kv_cache().layout().codec().name()).c_str());
             }
             return 0;

@@ -12,10 +12,13 @@
 #include <string_view>
 #include <vector>
 
+#include "lmx/engine/engine.h"
+#include "lmx/engine/sampler.h"
+
 namespace lmx {
 class Tokenizer;
 class LanguageModel;
-}
+}  // namespace lmx
 
 namespace lmx::cli {
 
@@ -35,6 +38,7 @@ Verb add_detokenize(CLI::App& app);
 Verb add_template(CLI::App& app);
 Verb add_chat(CLI::App& app);
 Verb add_info(CLI::App& app);
+Verb add_batch(CLI::App& app);
 
 // The flags every model-running verb takes: where it runs and how its KV cache is kept.
 struct ModelFlags {
@@ -53,6 +57,30 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
 std::string format_bytes(size_t bytes);
 // Parses "1073741824", "512M", "4G", "1.5GiB" (K, M, G, T: powers of 1024); InvalidArgument naming `flag`.
 size_t parse_bytes(const std::string& text, const char* flag);
+
+// The sampling flags (--temperature, --top-p, --top-k, --min-p, --repetition-penalty, --seed); each
+// overrides a default only when given.
+struct SamplingFlags {
+  float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
+  int top_k = 0;
+  uint64_t seed = 0;
+  CLI::Option *temperature_flag = nullptr, *top_p_flag = nullptr, *top_k_flag = nullptr,
+              *min_p_flag = nullptr, *repetition_penalty_flag = nullptr, *seed_flag = nullptr;
+};
+// Adds the sampling flags; `default_note` says where defaults come from ("generation_config.json").
+void add_sampling_options(CLI::App* command, SamplingFlags& flags, const std::string& default_note);
+// `defaults` with the given flags applied, validated (InvalidArgument naming `source` and the flags).
+SamplingParams sampling_params(const SamplingFlags& flags, SamplingParams defaults,
+                               const std::string& source);
+
+// How the engine shapes its steps (--step-tokens, --prefill-chunk, --max-rows); defaults: SchedulerOptions'.
+struct EngineFlags {
+  int64_t step_tokens = SchedulerOptions{}.step_tokens;
+  int64_t prefill_chunk_tokens = SchedulerOptions{}.prefill_chunk_tokens;
+  int max_rows = SchedulerOptions{}.max_rows;
+};
+void add_engine_options(CLI::App* command, EngineFlags& flags);
+EngineOptions engine_options(const EngineFlags& flags);
 
 // Parses "2,105,7" into token ids; throws InvalidArgument naming the bad item.
 std::vector<int32_t> parse_ids(const std::string& csv);

@@ -1,7 +1,7 @@
 // The lmx CLI's exact interfaces (generate, logits, synth, bench) run as a real process, and its
 // errors on bad input: a message on stderr and a non-zero exit, never a crash.
-#include "lmx/io/safetensors.h"
 #include "cli/run_lmx.h"
+#include "lmx/io/safetensors.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -19,7 +19,9 @@ namespace {
 using test::run_lmx;
 using test::RunResult;
 
-std::string tiny(const std::string& name) { return test::source_path("tests/data/models/" + name); }
+std::string tiny(const std::string& name) {
+  return test::source_path("tests/data/models/" + name);
+}
 
 TEST(Cli, GenerateJsonMatchesGolden) {
   // The golden greedy continuation of the 7-token prompt of tiny-31b.
@@ -27,7 +29,8 @@ TEST(Cli, GenerateJsonMatchesGolden) {
   Tensor prompt = goldens->tensor("prompt_1").contiguous(), greedy = goldens->tensor("greedy_1").contiguous();
   std::string ids;
   for (int32_t id : prompt.span<int32_t>()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-  RunResult r = run_lmx("generate --model " + tiny("tiny-31b") + " --prompt-ids " + ids + " --max-tokens 20 --json");
+  RunResult r =
+      run_lmx("generate --model " + tiny("tiny-31b") + " --prompt-ids " + ids + " --max-tokens 20 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto json = nlohmann::json::parse(r.output);
   auto span = greedy.span<int32_t>();
@@ -45,7 +48,8 @@ TEST(Cli, GeneratePlainPrintsTokensAndTiming) {
 TEST(Cli, LogitsNpyMatchesGoldenAndChunking) {
   test::TempDir dir;
   auto goldens = SafetensorsFile::open(tiny("tiny-e2b") + "/goldens.safetensors");
-  Tensor prompt = goldens->tensor("prompt_3").contiguous(), expected = goldens->tensor("logits_3").contiguous();
+  Tensor prompt = goldens->tensor("prompt_3").contiguous(),
+         expected = goldens->tensor("logits_3").contiguous();
   std::string ids;
   for (int32_t id : prompt.span<int32_t>()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
   for (const std::string chunk : {"0", "5"}) {
@@ -75,7 +79,8 @@ TEST(Cli, SynthThenBench) {
   std::ofstream(config) << std::ifstream(tiny("tiny-26b-moe") + "/config.json").rdbuf();
   RunResult synth = run_lmx("synth --config " + config + " --out " + dir.file("model") + " --seed 3");
   ASSERT_EQ(synth.exit_code, 0) << synth.output;
-  RunResult bench = run_lmx("bench --model " + dir.file("model") + " --prompt-tokens 16 --gen-tokens 4 --threads 1 --json");
+  RunResult bench =
+      run_lmx("bench --model " + dir.file("model") + " --prompt-tokens 16 --gen-tokens 4 --threads 1 --json");
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   auto json = nlohmann::json::parse(bench.output);
   for (const char* key :
@@ -92,7 +97,8 @@ TEST(Cli, SynthThenBench) {
   ASSERT_EQ(again.exit_code, 0) << again.output;
   auto a = SafetensorsFile::open(dir.file("model/model.safetensors"));
   auto b = SafetensorsFile::open(dir.file("model2/model.safetensors"));
-  Tensor ta = a->tensor("model.layers.0.experts.down_proj"), tb = b->tensor("model.layers.0.experts.down_proj");
+  Tensor ta = a->tensor("model.layers.0.experts.down_proj"),
+         tb = b->tensor("model.layers.0.experts.down_proj");
   EXPECT_EQ(std::memcmp(ta.raw_data(), tb.raw_data(), ta.nbytes()), 0);
 }
 
@@ -251,7 +257,8 @@ TEST(Cli, KvCacheFlags) {
   for (const Bad& bad :
        {Bad{"--kv-cache fp8", "--kv-cache: unknown KV cache codec 'fp8'"},
         Bad{"--kv-budget lots", "--kv-budget 'lots'"}, Bad{"--kv-budget 0", "--kv-budget '0'"},
-        Bad{"--kv-budget 1K", "KV cache full"}, Bad{"--kv-block-tokens 0", "--kv-block-tokens"}}) {
+        Bad{"--kv-budget 1K", "more than the whole KV budget of 1024 bytes"},
+        Bad{"--kv-block-tokens 0", "--kv-block-tokens"}}) {
     test::RunResult r = test::run_lmx(base + " " + bad.flags);
     EXPECT_NE(r.exit_code, 0) << bad.flags;
     EXPECT_NE(r.output.find(bad.message), std::string::npos) << bad.flags << ": " << r.output;

@@ -1,4 +1,4 @@
-// lmx::Sampler: turns one row of logits into a token, in mlx-lm's order (REFERENCE.md §5): logit
+// lmx::Sampler: turns one row of logits into a token, in mlx-lm's order: logit
 // processors (bias, repetition / presence / frequency penalties), log-softmax, then greedy argmax or
 // top-p → min-p → top-k filtering and a seeded categorical draw at the temperature.
 #pragma once

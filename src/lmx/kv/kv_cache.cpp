@@ -153,6 +153,20 @@ std::unique_ptr<KvSequence> KvCache::fork(const KvSequence& source, int64_t leng
 }
 
 void KvCache::prepare(std::span<const KvRow> rows) {
+  const size_t missing = prepare_or_missing(rows);
+  if (missing == 0) return;
+  const KvBlockPool& pool = shared_->pool;
+  throw KvPoolExhausted(
+      missing, pool.budget_bytes(),
+      fmt::format("KV cache full: the step needs {} more bytes of blocks ({} of {} bytes in use on {})",
+                  missing, pool.used_bytes(), pool.budget_bytes(), pool.memory().name()));
+}
+
+bool KvCache::try_prepare(std::span<const KvRow> rows) {
+  return prepare_or_missing(rows) == 0;
+}
+
+size_t KvCache::prepare_or_missing(std::span<const KvRow> rows) {
   std::unordered_set<const KvSequence*> seen;
   for (size_t r = 0; r < rows.size(); ++r) {
     LMX_REQUIRE(InvalidArgument, rows[r].sequence != nullptr && rows[r].sequence->shared_ == shared_,
@@ -200,10 +214,7 @@ void KvCache::prepare(std::span<const KvRow> rows) {
     size_t bytes = 0;
     for (int g = 0; g < lay.num_groups(); ++g)
       bytes += static_cast<size_t>(needed[static_cast<size_t>(g)]) * lay.group(g).block_bytes;
-    throw KvPoolExhausted(
-        bytes, pool.budget_bytes(),
-        fmt::format("KV cache full: the step needs {} more bytes of blocks ({} of {} bytes in use on {})",
-                    bytes, pool.used_bytes(), pool.budget_bytes(), pool.memory().name()));
+    return std::max<size_t>(bytes, 1);
   }
   for (const KvRow& row : rows) {
     KvSequence& seq = *row.sequence;
@@ -224,6 +235,7 @@ void KvCache::prepare(std::span<const KvRow> rows) {
       }
     }
   }
+  return 0;
 }
 
 void KvCache::commit(std::span<const KvRow> rows) {

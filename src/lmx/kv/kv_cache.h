@@ -102,6 +102,9 @@ class KvCache {
   // then no block was allocated or copied (out-of-window blocks may have been released). Throws
   // InvalidArgument for a row of another cache, an empty row, or a sequence in two rows.
   void prepare(std::span<const KvRow> rows);
+  // prepare() that returns false instead of throwing KvPoolExhausted (nothing allocated or copied then):
+  // how a scheduler reserves a row's blocks before its step.
+  bool try_prepare(std::span<const KvRow> rows);
   // Advances each row's length by its new tokens. Call once per step after every layer.
   static void commit(std::span<const KvRow> rows);
 
@@ -109,6 +112,8 @@ class KvCache {
   KvSequence& own(Sequence* sequence) const;
 
  private:
+  // prepare(): 0 when done, else the bytes of blocks the pool could not provide (nothing changed).
+  size_t prepare_or_missing(std::span<const KvRow> rows);
   std::shared_ptr<KvSequence::Shared> shared_;
 };
 

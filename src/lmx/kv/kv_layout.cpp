@@ -3,6 +3,8 @@
 
 #include "lmx/core/error.h"
 
+#include <algorithm>
+
 namespace lmx {
 
 KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec, int block_tokens)
@@ -73,6 +75,18 @@ PagedKvLayer KvLayout::view(int cache_layer, const PagedKvTables& group_tables) 
   view.dtype = l.codec.element_dtype();
   view.window = l.window;
   return view;
+}
+
+size_t KvLayout::sequence_bytes(int64_t tokens, int64_t step_tokens) const {
+  const int64_t bt = block_tokens_, step = std::max<int64_t>(step_tokens, 1);
+  size_t bytes = 0;
+  for (const KvGroup& g : groups_) {
+    int64_t blocks = (tokens + bt - 1) / bt;
+    // A step of n tokens from position L holds blocks (L - W + 1) / bt ... (L + n - 1) / bt.
+    if (g.window > 0) blocks = std::min<int64_t>(blocks, (g.window + step - 2) / bt + 2);
+    bytes += static_cast<size_t>(blocks) * g.block_bytes;
+  }
+  return bytes;
 }
 
 }  // namespace lmx

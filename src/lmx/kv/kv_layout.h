@@ -65,6 +65,9 @@ class KvLayout {
   std::string signature(int cache_layer) const;
   // KV bytes one token takes in every cache layer (keys and values).
   size_t bytes_per_token() const;
+  // The most bytes of blocks one sequence holds while it grows to `tokens` positions in steps of at most
+  // `step_tokens` (sliding groups hold only the blocks their window and one step's tokens span).
+  size_t sequence_bytes(int64_t tokens, int64_t step_tokens) const;
   // What attention kernels read of cache layer `cache_layer`: its group's step tables and its place in a
   // block.
   PagedKvLayer view(int cache_layer, const PagedKvTables& group_tables) const;

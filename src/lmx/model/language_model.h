@@ -74,6 +74,8 @@ class LanguageModel {
   Device device() const { return backend_->device(); }
 
   const KvCache& kv_cache() const { return *kv_; }
+  // The cache itself, for the engine's scheduler (it reserves each step's blocks before forward()).
+  KvCache& kv_cache() { return *kv_; }
   // Bytes of KV blocks `sequence` references.
   size_t kv_bytes(const Sequence& sequence) const;
 

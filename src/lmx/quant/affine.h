@@ -2,7 +2,7 @@
 // mlx.core.quantize, dequantize, and validation of stored (codes, scales, biases) triples. Slow and
 // obvious on purpose: it is the oracle the fast kernels (ops/quantized.h) are tested against.
 //
-// Layout (REFERENCE.md §2, MLX): a weight w [..., K] is split along its last dim into groups of
+// Layout (MLX's affine layout): a weight w [..., K] is split along its last dim into groups of
 // `group_size` consecutive elements. Each group g has a scale s and a bias b; element k stores a code
 // q ∈ [0, 2^bits) and stands for w ≈ s * q + b. Codes of one row form a little-endian bit stream in
 // uint32 words: element j occupies bits [j*bits, j*bits + bits) of the row's stream (bit i of the

@@ -1,0 +1,360 @@
+// lmx::Engine: admission, the step loop, per-choice sampling and the output stage.
+#include "lmx/engine/engine.h"
+
+#include "lmx/core/error.h"
+#include "lmx/engine/text_output.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace lmx {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "error";
+}
+
+struct Engine::Request {
+  RequestId id = 0;
+  GenerationRequest spec;
+  EventCallback on_event;
+  std::vector<std::unique_ptr<Choice>> choices;
+  int unfinished = 0;
+  int64_t reused_tokens = 0;
+  bool forked = false;  // choices 1.. exist as sequences (forked from choice 0's prompt)
+};
+
+struct Engine::Choice : ScheduledSequence {
+  Choice(Request& r, int i, const Tokenizer* tokenizer)
+      : request(&r), index(i), sampler(seeded(r.spec.sampling, i)), text(tokenizer, r.spec.stop) {}
+  static SamplingParams seeded(SamplingParams params, int index) {
+    if (params.seed) *params.seed += static_cast<uint64_t>(index);
+    return params;
+  }
+  Request* request;
+  int index;
+  Sampler sampler;
+  TextOutput text;
+  int64_t generated = 0;
+  bool finished = false;
+};
+
+namespace {
+TokenLogprob token_logprob(std::span<const float> logprobs, int32_t token, int top) {
+  TokenLogprob out{token, logprobs[static_cast<size_t>(token)], {}};
+  if (top <= 0) return out;
+  std::vector<int32_t> ids(logprobs.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t k = std::min(ids.size(), static_cast<size_t>(top));
+  std::partial_sort(
+      ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
+        const float la = logprobs[static_cast<size_t>(a)], lb = logprobs[static_cast<size_t>(b)];
+        return la > lb || (la == lb && a < b);
+      });
+  for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], logprobs[static_cast<size_t>(ids[i])]);
+  return out;
+}
+}  // namespace
+
+Engine::Engine(LanguageModel& model, const Tokenizer* tokenizer, EngineOptions options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      options_(options),
+      scheduler_(model.kv_cache(), options.scheduler) {}
+
+Engine::~Engine() = default;
+
+void Engine::validate(const GenerationRequest& r) const {
+  LMX_REQUIRE(InvalidArgument, !r.prompt.empty(), "request: the prompt is empty");
+  const int vocab = model_.description().vocab_size;
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    LMX_REQUIRE(InvalidArgument, r.prompt[i] >= 0 && r.prompt[i] < vocab,
+                "request: prompt token {} is {}, out of range [0, {}) of the vocabulary", i, r.prompt[i],
+                vocab);
+  LMX_REQUIRE(InvalidArgument, r.max_tokens >= 0, "request: max_tokens must be ≥ 0, got {}", r.max_tokens);
+  LMX_REQUIRE(InvalidArgument, r.n >= 1, "request: n must be ≥ 1, got {}", r.n);
+  LMX_REQUIRE(InvalidArgument, r.top_logprobs >= -1 && r.top_logprobs <= kMaxTopLogprobs,
+              "request: top_logprobs must be in [0, {}], got {}", kMaxTopLogprobs, r.top_logprobs);
+  lmx::validate(r.sampling);
+  for (const auto& [id, bias] : r.sampling.logit_bias)
+    LMX_REQUIRE(InvalidArgument, id >= 0 && id < vocab,
+                "request: logit_bias token {} is out of range [0, {}) of the vocabulary", id, vocab);
+  for (size_t i = 0; i < r.stop.size(); ++i)
+    LMX_REQUIRE(InvalidArgument, !r.stop[i].empty(), "request: stop string {} is empty", i);
+  LMX_REQUIRE(InvalidArgument, r.stop.empty() || tokenizer_ != nullptr,
+              "request: stop strings need a tokenizer (the model directory has no tokenizer.json)");
+  LMX_REQUIRE(InvalidArgument, r.conversation == nullptr || r.n == 1,
+              "request: a conversation takes n = 1, got {}", r.n);
+  const auto tokens = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  const int64_t context = model_.description().context_length;
+  LMX_REQUIRE(InvalidArgument, context <= 0 || tokens <= context,
+              "request: the prompt ({} tokens) and max_tokens {} exceed the model's context length {}",
+              r.prompt.size(), r.max_tokens, context);
+  const KvCache& kv = model_.kv_cache();
+  const size_t needed = kv.layout().sequence_bytes(tokens, options_.scheduler.prefill_chunk_tokens);
+  LMX_REQUIRE(
+      InvalidArgument, needed <= kv.pool().budget_bytes(),
+      "request: the prompt ({} tokens) and max_tokens {} need {} bytes of KV blocks, more than the whole KV "
+      "budget of {} bytes",
+      r.prompt.size(), r.max_tokens, needed, kv.pool().budget_bytes());
+}
+
+RequestId Engine::submit(GenerationRequest request, EventCallback on_event) {
+  validate(request);
+  std::lock_guard lock(mutex_);
+  if (request.conversation) {
+    LMX_REQUIRE(InvalidArgument, conversations_in_use_.insert(request.conversation.get()).second,
+                "request: its conversation is in use by another request");
+  }
+  const RequestId id = next_id_++;
+  incoming_.push_back({id, std::move(request), std::move(on_event)});
+  ++live_requests_;
+  work_.notify_all();
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  std::lock_guard lock(mutex_);
+  cancelled_.push_back(id);
+}
+
+bool Engine::wait_for_work(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  work_.wait_for(lock, timeout, [&] { return live_requests_.load() > 0; });
+  return live_requests_.load() > 0;
+}
+
+void Engine::admit(Incoming in) {
+  auto owned = std::make_unique<Request>();
+  Request& r = *owned;
+  r.id = in.id;
+  r.spec = std::move(in.request);
+  r.on_event = std::move(in.on_event);
+  for (int i = 0; i < r.spec.n; ++i) {
+    auto c = std::make_unique<Choice>(r, i, tokenizer_);
+    c->order = next_order_++;
+    c->tokens = r.spec.prompt;
+    c->prompt_tokens = static_cast<int64_t>(r.spec.prompt.size());
+    r.choices.push_back(std::move(c));
+  }
+  r.unfinished = r.spec.n;
+  requests_.push_back(std::move(owned));
+  Choice& first = *r.choices.front();
+  if (Conversation* conv = r.spec.conversation.get(); conv && conv->sequence) {
+    // Keep the longest common prefix of the conversation and the prompt, but run at least its last token.
+    KvSequence& held = model_.kv_cache().own(conv->sequence.get());
+    const std::vector<int32_t>& prompt = r.spec.prompt;
+    const size_t limit = std::min(prompt.size() - 1, conv->tokens.size());
+    size_t common = 0;
+    while (common < limit && prompt[common] == conv->tokens[common]) ++common;
+    if (common > 0 && held.can_truncate(static_cast<int64_t>(common))) {
+      held.truncate(static_cast<int64_t>(common));
+      conv->sequence.release();
+      first.kv.reset(&held);
+      r.reused_tokens = static_cast<int64_t>(common);
+    }
+  }
+  if (r.spec.conversation) {
+    r.spec.conversation->sequence.reset();
+    r.spec.conversation->tokens.clear();
+  }
+  if (r.spec.max_tokens == 0) {
+    finish_request(r, FinishReason::kLength, {});
+    return;
+  }
+  scheduler_.add(&first);
+}
+
+void Engine::apply_cancellations() {
+  std::vector<RequestId> ids;
+  {
+    std::lock_guard lock(mutex_);
+    ids.swap(cancelled_);
+  }
+  for (RequestId id : ids)
+    for (auto& r : requests_)
+      if (r->id == id && r->unfinished > 0) finish_request(*r, FinishReason::kCancelled, {});
+}
+
+void Engine::emit(Choice& c, RequestEvent& event) {
+  Request& r = *c.request;
+  event.request = r.id;
+  event.choice = c.index;
+  event.prompt_tokens = static_cast<int64_t>(r.spec.prompt.size());
+  event.reused_tokens = r.reused_tokens;
+  event.generated_tokens = c.generated;
+  if (r.on_event) r.on_event(event);
+}
+
+void Engine::finish(Choice& c, RequestEvent& event, FinishReason reason, const std::string& error) {
+  event.finish = reason;
+  event.error = error;
+  c.finished = true;
+  scheduler_.remove(&c);
+  Request& r = *c.request;
+  --r.unfinished;
+  if (c.index == 0 && r.spec.conversation) {
+    Conversation& conv = *r.spec.conversation;
+    if (c.kv && reason != FinishReason::kError) {
+      conv.tokens.assign(c.tokens.begin(), c.tokens.begin() + c.computed());
+      conv.sequence = std::move(c.kv);
+    }
+    std::lock_guard lock(mutex_);
+    conversations_in_use_.erase(&conv);
+  }
+  c.kv.reset();
+  emit(c, event);
+}
+
+void Engine::finish_request(Request& r, FinishReason reason, const std::string& error) {
+  for (auto& c : r.choices)
+    if (!c->finished) {
+      RequestEvent event;
+      finish(*c, event, reason, error);
+    }
+}
+
+std::optional<FinishReason> Engine::sample(Choice& c, std::span<const float> logits, RequestEvent& event) {
+  const GenerationRequest& spec = c.request->spec;
+  const int32_t token = c.sampler.sample(logits, c.tokens);
+  c.tokens.push_back(token);
+  ++c.generated;
+  ++stats_.generated_tokens;
+  event.tokens.push_back(token);
+  if (spec.top_logprobs >= 0)
+    event.logprobs.push_back(token_logprob(c.sampler.last_logprobs(), token, spec.top_logprobs));
+  if (std::find(spec.stop_token_ids.begin(), spec.stop_token_ids.end(), token) != spec.stop_token_ids.end()) {
+    event.text += c.text.finish();
+    return FinishReason::kStop;
+  }
+  event.text += c.text.feed(token);
+  if (c.text.stopped()) return FinishReason::kStop;
+  if (c.generated >= spec.max_tokens) {
+    event.text += c.text.finish();
+    return FinishReason::kLength;
+  }
+  return std::nullopt;
+}
+
+void Engine::sample_and_emit(Choice& c, std::span<const float> logits) {
+  try {
+    RequestEvent event;
+    if (const auto reason = sample(c, logits, event))
+      finish(c, event, *reason);
+    else
+      emit(c, event);
+  } catch (const std::exception& e) {
+    finish_request(*c.request, FinishReason::kError, e.what());
+  }
+}
+
+void Engine::fork_choices(Choice& first, std::span<const float> logits) {
+  Request& r = *first.request;
+  r.forked = true;
+  for (size_t i = 1; i < r.choices.size(); ++i) {
+    Choice& c = *r.choices[i];
+    if (c.finished) continue;
+    c.kv = model_.kv_cache().fork(*first.kv, c.prompt_tokens);
+    sample_and_emit(c, logits);
+    if (!c.finished) scheduler_.add(&c);
+  }
+}
+
+void Engine::fail_stuck_request() {
+  // Waiting sequences that hold KV (forks, conversations) give it back first, newest first; they recompute.
+  const auto& waiting = scheduler_.waiting();
+  for (auto it = waiting.rbegin(); it != waiting.rend(); ++it)
+    if ((*it)->kv && (*it)->computed() > 0 && *it != waiting.front()) {
+      (*it)->kv.reset();
+      ++(*it)->preemptions;
+      ++stats_.preemptions;
+      return;
+    }
+  const KvBlockPool& pool = model_.kv_cache().pool();
+  auto& c = static_cast<Choice&>(*waiting.front());
+  finish_request(*c.request, FinishReason::kError,
+                 fmt::format("KV cache full: {} of {} bytes are held by sequences that are not running (idle "
+                             "conversations), and the request does not fit beside them",
+                             pool.used_bytes(), pool.budget_bytes()));
+}
+
+bool Engine::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  std::vector<Incoming> incoming;
+  {
+    std::lock_guard lock(mutex_);
+    incoming.swap(incoming_);
+  }
+  for (Incoming& in : incoming) admit(std::move(in));
+  apply_cancellations();
+
+  StepRecord record;
+  const StepPlan plan = scheduler_.schedule();
+  record.preempted = static_cast<int64_t>(plan.preempted.size());
+  stats_.preemptions += record.preempted;
+  if (plan.empty() && !scheduler_.waiting().empty()) fail_stuck_request();
+  if (!plan.empty()) {
+    std::vector<StepRow> rows;
+    rows.reserve(plan.rows.size());
+    for (const ScheduledRow& row : plan.rows)
+      rows.push_back({row.sequence->kv.get(),
+                      std::span<const int32_t>(row.sequence->tokens)
+                          .subspan(static_cast<size_t>(row.begin), static_cast<size_t>(row.count))});
+    Tensor logits;
+    try {
+      logits = model_.forward(rows);
+    } catch (const std::exception& e) {
+      // The rows' KV may hold part of the step: their requests end.
+      for (const ScheduledRow& row : plan.rows) {
+        auto& c = static_cast<Choice&>(*row.sequence);
+        if (!c.finished) finish_request(*c.request, FinishReason::kError, e.what());
+      }
+    }
+    ++stats_.steps;
+    const auto vocab = logits.defined() ? static_cast<size_t>(logits.dim(1)) : 0;
+    for (size_t i = 0; i < plan.rows.size() && vocab > 0; ++i) {
+      const ScheduledRow& row = plan.rows[i];
+      auto& c = static_cast<Choice&>(*row.sequence);
+      ++record.rows;
+      if (row.begin < c.prompt_tokens) {
+        record.prefill_tokens += row.count;
+        stats_.prompt_tokens_run += row.count;
+      } else {
+        ++record.decode_rows;
+      }
+      if (!row.samples || c.finished) continue;
+      const std::span<const float> row_logits(logits.data<float>() + i * vocab, vocab);
+      if (c.index == 0 && !c.request->forked && c.request->spec.n > 1) {
+        record.sampled += c.request->spec.n - 1;
+        fork_choices(c, row_logits);
+      }
+      ++record.sampled;
+      sample_and_emit(c, row_logits);
+    }
+  }
+  // Finished requests leave.
+  const auto before = requests_.size();
+  std::erase_if(requests_, [](const std::unique_ptr<Request>& r) { return r->unfinished == 0; });
+  const auto done = static_cast<int64_t>(before - requests_.size());
+  stats_.requests_finished += done;
+  live_requests_ -= done;
+  record.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (observer_ && (record.rows > 0 || !incoming.empty())) observer_(record);
+  return !plan.empty() || !incoming.empty() || done > 0 || !requests_.empty();
+}
+
+void Engine::run_until_idle() {
+  while (!idle()) step();
+}
+
+}  // namespace lmx

@@ -1,0 +1,431 @@
+// lmx::Engine on the tiny E2B-shaped model (sliding window 8, KV sharing; KV blocks of 4 tokens) and
+// the demo model (a real tokenizer): many concurrent requests with different sampling settings each
+// produce exactly their solo tokens (also when the pool is so small that sequences are preempted and
+// recomputed), n > 1 forks the prompt's blocks, stop tokens and strings, logprobs, cancellation,
+// conversations reusing their KV, and bad requests refused.
+#include "lmx/engine/engine.h"
+#include "lmx/core/error.h"
+#include "lmx/engine/greedy.h"
+#include "support/test_support.h"
+#include "support/tiny_models.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace lmx {
+namespace {
+
+// One choice's outcome, gathered from its events.
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  std::optional<FinishReason> finish;
+  std::string error;
+  int64_t reused = 0;
+  int finish_events = 0;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { model_ = load(0); }
+  static std::unique_ptr<LanguageModel> load(size_t budget_bytes) {
+    ModelOptions options;
+    options.kv_block_tokens = 4;
+    options.kv_budget_bytes = budget_bytes;
+    return test::load_model(test::tiny_model_dir("e2b"), Device::cpu(), options);
+  }
+  std::vector<int32_t> random_prompt(size_t n) {
+    std::vector<int32_t> ids(n);
+    for (auto& id : ids)
+      id = static_cast<int32_t>(3 + test::rng()() % (model_->description().vocab_size - 3));
+    ids[0] = 2;
+    return ids;
+  }
+  // Submits `request` to `engine`, gathering its choices' events into `out` (one Outcome per choice).
+  static RequestId submit(Engine& engine, GenerationRequest request, std::vector<Outcome>& out) {
+    out.assign(static_cast<size_t>(request.n), {});
+    return engine.submit(std::move(request), [&out](const RequestEvent& e) {
+      Outcome& o = out.at(static_cast<size_t>(e.choice));
+      EXPECT_FALSE(o.finish.has_value()) << "an event after the finishing one";
+      o.tokens.insert(o.tokens.end(), e.tokens.begin(), e.tokens.end());
+      o.text += e.text;
+      o.logprobs.insert(o.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      o.reused = e.reused_tokens;
+      EXPECT_EQ(e.generated_tokens, static_cast<int64_t>(o.tokens.size()));
+      if (e.finish) {
+        o.finish = e.finish;
+        o.error = e.error;
+        ++o.finish_events;
+      }
+    });
+  }
+  // The request run alone on a fresh engine over `model`.
+  static std::vector<Outcome> solo(LanguageModel& model, const GenerationRequest& request,
+                                   const EngineOptions& options, const Tokenizer* tokenizer = nullptr) {
+    Engine engine(model, tokenizer, options);
+    std::vector<Outcome> out;
+    submit(engine, request, out);
+    engine.run_until_idle();
+    return out;
+  }
+  // A request with settings that vary with `i`: greedy, seeded sampling with filters and penalties.
+  GenerationRequest varied_request(int i) {
+    GenerationRequest r;
+    r.prompt = random_prompt(1 + test::rng()() % 40);
+    r.max_tokens = 1 + static_cast<int>(test::rng()() % 24);
+    if (i % 3 != 0) {
+      r.sampling.temperature = 0.5f + 0.25f * static_cast<float>(i % 4);
+      r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+      if (i % 4 == 1) r.sampling.top_p = 0.9f;
+      if (i % 5 == 2) r.sampling.top_k = 20;
+      if (i % 7 == 3) r.sampling.min_p = 0.05f;
+      if (i % 6 == 4) r.sampling.repetition_penalty = 1.3f;
+      if (i % 8 == 5) r.sampling.presence_penalty = 0.5f, r.sampling.frequency_penalty = 0.25f;
+      if (i % 9 == 6) r.sampling.logit_bias = {{7, 2.0f}, {11, -5.0f}};
+    } else {
+      r.sampling.temperature = 0;
+    }
+    if (i % 10 == 7) r.top_logprobs = 2;
+    return r;
+  }
+  static void expect_same(const std::vector<Outcome>& got, const std::vector<Outcome>& want,
+                          const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t c = 0; c < got.size(); ++c) {
+      EXPECT_EQ(got[c].tokens, want[c].tokens) << what << " choice " << c;
+      EXPECT_EQ(got[c].finish, want[c].finish) << what << " choice " << c;
+      EXPECT_EQ(got[c].finish_events, 1) << what << " choice " << c;
+      ASSERT_EQ(got[c].logprobs.size(), want[c].logprobs.size()) << what;
+      for (size_t t = 0; t < got[c].logprobs.size(); ++t) {
+        EXPECT_EQ(got[c].logprobs[t].logprob, want[c].logprobs[t].logprob) << what;
+        EXPECT_EQ(got[c].logprobs[t].top, want[c].logprobs[t].top) << what;
+      }
+    }
+  }
+
+  std::unique_ptr<LanguageModel> model_;
+};
+
+EngineOptions small_steps() {
+  EngineOptions o;
+  o.scheduler = {.step_tokens = 48, .prefill_chunk_tokens = 8, .max_rows = 16};
+  return o;
+}
+
+TEST_F(EngineTest, ConcurrentRequestsGiveTheirSoloTokens) {
+  const EngineOptions options = small_steps();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 64; ++i) requests.push_back(varied_request(i));
+  Engine engine(*model_, nullptr, options);
+  std::vector<std::vector<Outcome>> outcomes(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) submit(engine, requests[i], outcomes[i]);
+  int max_rows = 0;
+  engine.set_step_observer(
+      [&](const StepRecord& r) { max_rows = std::max(max_rows, static_cast<int>(r.rows)); });
+  engine.run_until_idle();
+  EXPECT_EQ(max_rows, 16);  // the steps were shared
+  EXPECT_EQ(engine.stats().requests_finished, 64);
+  for (size_t i = 0; i < requests.size(); ++i)
+    expect_same(outcomes[i], solo(*model_, requests[i], options), "request " + std::to_string(i));
+  EXPECT_EQ(model_->kv_cache().pool().used_bytes(), 0u);
+}
+
+TEST_F(EngineTest, PreemptionUnderASmallPoolKeepsEveryTokenExact) {
+  const EngineOptions options = small_steps();
+  // Room for about three sequences of 64 tokens: 24 requests of up to 64 tokens must queue and preempt.
+  const size_t budget = model_->kv_cache().layout().sequence_bytes(64, 8) * 3;
+  auto small = load(budget);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 24; ++i) {
+    GenerationRequest r = varied_request(i);
+    r.max_tokens = 24;
+    requests.push_back(std::move(r));
+  }
+  Engine engine(*small, nullptr, options);
+  std::vector<std::vector<Outcome>> outcomes(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) submit(engine, requests[i], outcomes[i]);
+  engine.run_until_idle();
+  EXPECT_GT(engine.stats().preemptions, 0);
+  for (size_t i = 0; i < requests.size(); ++i)
+    expect_same(outcomes[i], solo(*model_, requests[i], options), "request " + std::to_string(i));
+  EXPECT_EQ(small->kv_cache().pool().used_bytes(), 0u);
+}
+
+TEST_F(EngineTest, ChoicesForkThePromptAndMatchSeededSoloRuns) {
+  const EngineOptions options = small_steps();
+  GenerationRequest r;
+  r.prompt = random_prompt(32);
+  r.max_tokens = 10;
+  r.n = 4;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 77;
+  Engine engine(*model_, nullptr, options);
+  std::vector<Outcome> out;
+  submit(engine, r, out);
+  // Step until every choice has a token: the forks then share the prompt's blocks.
+  while (std::any_of(out.begin(), out.end(), [](const Outcome& o) { return o.tokens.empty(); }))
+    engine.step();
+  const KvLayout& layout = model_->kv_cache().layout();
+  for (int g = 0; g < layout.num_groups(); ++g)
+    if (layout.group(g).window == 0)
+      EXPECT_EQ(model_->kv_cache().pool().used_blocks(g), 8);  // 32 tokens, once
+  engine.run_until_idle();
+  for (int c = 0; c < 4; ++c) {
+    GenerationRequest single = r;
+    single.n = 1;
+    single.sampling.seed = 77 + static_cast<uint64_t>(c);
+    expect_same({out[static_cast<size_t>(c)]}, solo(*model_, single, options), "choice " + std::to_string(c));
+  }
+  EXPECT_NE(out[0].tokens, out[1].tokens);
+}
+
+TEST_F(EngineTest, GreedyMatchesGreedyGenerationAndLogprobsAreTheModels) {
+  const std::vector<int32_t> prompt = random_prompt(12);
+  GreedyOptions greedy;
+  greedy.max_new_tokens = 8;
+  const GreedyResult reference = generate_greedy(*model_, prompt, greedy);
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 8;
+  r.sampling.temperature = 0;
+  r.top_logprobs = 3;
+  EngineOptions options;  // the prompt runs in one step, as generate_greedy's
+  const auto out = solo(*model_, r, options);
+  EXPECT_EQ(out[0].tokens, reference.tokens);
+  EXPECT_EQ(out[0].finish, FinishReason::kLength);
+  // The first token's logprobs: log_softmax of the prompt's last logits.
+  auto seq = model_->new_sequence();
+  StepRow row{seq.get(), prompt};
+  const Tensor logits = model_->forward({&row, 1});
+  std::vector<float> logprobs(static_cast<size_t>(logits.dim(1)));
+  sampling::log_softmax({logits.data<float>(), logprobs.size()}, logprobs);
+  ASSERT_EQ(out[0].logprobs.size(), 8u);
+  const TokenLogprob& first = out[0].logprobs[0];
+  EXPECT_EQ(first.logprob, logprobs[static_cast<size_t>(reference.tokens[0])]);
+  ASSERT_EQ(first.top.size(), 3u);
+  EXPECT_EQ(first.top[0].first, reference.tokens[0]);
+  for (const auto& [id, lp] : first.top) EXPECT_EQ(lp, logprobs[static_cast<size_t>(id)]);
+  EXPECT_GE(first.top[0].second, first.top[1].second);
+  EXPECT_GE(first.top[1].second, first.top[2].second);
+}
+
+TEST_F(EngineTest, StopTokenEndsAChoiceAndZeroMaxTokensRunsNothing) {
+  GenerationRequest r;
+  r.prompt = random_prompt(6);
+  r.max_tokens = 8;
+  r.sampling.temperature = 0;
+  const auto free_run = solo(*model_, r, {});
+  r.stop_token_ids = {free_run[0].tokens[3]};
+  const auto stopped = solo(*model_, r, {});
+  const auto first = std::find(free_run[0].tokens.begin(), free_run[0].tokens.end(), r.stop_token_ids[0]);
+  EXPECT_EQ(stopped[0].tokens, std::vector<int32_t>(free_run[0].tokens.begin(), first + 1));
+  EXPECT_EQ(stopped[0].finish, FinishReason::kStop);
+
+  r.max_tokens = 0;
+  const auto none = solo(*model_, r, {});
+  EXPECT_TRUE(none[0].tokens.empty());
+  EXPECT_EQ(none[0].finish, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, CancellationFreesBlocksWithinOneStep) {
+  Engine engine(*model_, nullptr, small_steps());
+  GenerationRequest r;
+  r.prompt = random_prompt(20);
+  r.max_tokens = 100;
+  std::vector<Outcome> out;
+  const RequestId id = submit(engine, r, out);
+  for (int i = 0; i < 5; ++i) engine.step();
+  EXPECT_GT(model_->kv_cache().pool().used_bytes(), 0u);
+  const size_t tokens_before = out[0].tokens.size();
+  engine.cancel(id);
+  engine.step();
+  EXPECT_EQ(out[0].finish, FinishReason::kCancelled);
+  EXPECT_EQ(out[0].tokens.size(), tokens_before);
+  EXPECT_EQ(model_->kv_cache().pool().used_bytes(), 0u);
+  EXPECT_TRUE(engine.idle());
+  engine.cancel(id);  // finished: ignored
+  engine.cancel(12345);
+  EXPECT_FALSE(engine.step());
+}
+
+TEST_F(EngineTest, RefusesBadRequestsWithTheField) {
+  Engine engine(*model_, nullptr);
+  auto expect_refused = [&](GenerationRequest r, const std::string& needle) {
+    try {
+      engine.submit(std::move(r), nullptr);
+      ADD_FAILURE() << "accepted; expected an error naming " << needle;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  GenerationRequest good;
+  good.prompt = random_prompt(4);
+  GenerationRequest r = good;
+  r.prompt.clear();
+  expect_refused(r, "prompt is empty");
+  r = good;
+  r.prompt[1] = model_->description().vocab_size;
+  expect_refused(r, "out of range");
+  r = good;
+  r.prompt[1] = -1;
+  expect_refused(r, "out of range");
+  r = good;
+  r.n = 0;
+  expect_refused(r, "n must be");
+  r = good;
+  r.top_logprobs = 21;
+  expect_refused(r, "top_logprobs");
+  r = good;
+  r.max_tokens = -1;
+  expect_refused(r, "max_tokens");
+  r = good;
+  r.sampling.top_p = 0;
+  expect_refused(r, "top_p");
+  r = good;
+  r.sampling.logit_bias = {{-4, 1.0f}};
+  expect_refused(r, "logit_bias");
+  r = good;
+  r.stop = {"x"};
+  expect_refused(r, "need a tokenizer");
+  r = good;
+  r.n = 2;
+  r.conversation = std::make_shared<Conversation>();
+  expect_refused(r, "conversation");
+  r = good;
+  r.max_tokens = 1 << 30;
+  expect_refused(r, "context length");
+  auto tiny_pool = load(model_->kv_cache().layout().sequence_bytes(16, 512));
+  Engine small(*tiny_pool, nullptr);
+  r = good;
+  r.max_tokens = 200;
+  try {
+    small.submit(r, nullptr);
+    ADD_FAILURE() << "a request larger than the pool was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("KV budget"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(engine.idle());
+}
+
+// Conversations: the KV a request leaves is reused by the next one with the same beginning.
+class ConversationTest : public EngineTest {
+ protected:
+  std::vector<Outcome> turn(const std::vector<int32_t>& prompt, int max_tokens) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    r.conversation = conversation_;
+    Engine engine(*model_, nullptr);
+    std::vector<Outcome> out;
+    submit(engine, r, out);
+    engine.run_until_idle();
+    return out;
+  }
+  std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int max_tokens) {
+    GreedyOptions options;
+    options.max_new_tokens = max_tokens;
+    return generate_greedy(*model_, prompt, options).tokens;
+  }
+  static std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
+  // n random tokens to append (random_prompt's first token is always BOS).
+  std::vector<int32_t> more(size_t n) {
+    std::vector<int32_t> ids = random_prompt(n + 1);
+    return {ids.begin() + 1, ids.end()};
+  }
+  std::shared_ptr<Conversation> conversation_ = std::make_shared<Conversation>();
+};
+
+TEST_F(ConversationTest, NextTurnReusesThePromptAndAnswer) {
+  const std::vector<int32_t> prompt = random_prompt(10);
+  const auto first = turn(prompt, 6);
+  EXPECT_EQ(first[0].reused, 0);
+  EXPECT_EQ(first[0].tokens, greedy(prompt, 6));
+  // The conversation holds the prompt and every generated token but the last.
+  const std::vector<int32_t> held =
+      concat(prompt, std::vector<int32_t>(first[0].tokens.begin(), first[0].tokens.end() - 1));
+  EXPECT_EQ(conversation_->tokens, held);
+  ASSERT_NE(conversation_->sequence, nullptr);
+  EXPECT_EQ(conversation_->sequence->length(), static_cast<int64_t>(held.size()));
+  const std::vector<int32_t> next = concat(concat(prompt, first[0].tokens), more(5));
+  const auto second = turn(next, 6);
+  EXPECT_EQ(second[0].reused, static_cast<int64_t>(held.size()));
+  EXPECT_EQ(second[0].tokens, greedy(next, 6));
+}
+
+TEST_F(ConversationTest, RewindsWithinTheWindowAndStartsAfreshBeyondIt) {
+  const std::vector<int32_t> base = random_prompt(5);
+  turn(concat(base, more(2)), 1);  // holds 7 tokens; nothing left the window of 8
+  const std::vector<int32_t> other = concat(base, more(4));
+  auto out = turn(other, 3);
+  EXPECT_EQ(out[0].reused, 5);
+  EXPECT_EQ(out[0].tokens, greedy(other, 3));
+  // 30 more tokens: the sliding layers released the blocks a query at position 5 needs.
+  turn(concat(base, more(30)), 4);
+  out = turn(other, 3);
+  EXPECT_EQ(out[0].reused, 0);
+  EXPECT_EQ(out[0].tokens, greedy(other, 3));
+  // The same prompt again: all but its last token is reused.
+  const std::vector<int32_t> held = conversation_->tokens;
+  out = turn(std::vector<int32_t>(held.begin(), held.end()), 2);
+  EXPECT_EQ(out[0].reused, static_cast<int64_t>(held.size()) - 1);
+}
+
+TEST_F(ConversationTest, OneRequestAtATime) {
+  Engine engine(*model_, nullptr);
+  GenerationRequest r;
+  r.prompt = random_prompt(4);
+  r.conversation = conversation_;
+  engine.submit(r, nullptr);
+  EXPECT_THROW(engine.submit(r, nullptr), InvalidArgument);
+  engine.run_until_idle();
+  engine.submit(r, nullptr);  // free again
+  engine.run_until_idle();
+}
+
+// Stop strings on the demo model's real tokenizer: the text ends before the first stop string, even one
+// spanning tokens, and matches the text of a free run cut there.
+TEST(EngineText, StopStringsCutTheDecodedText) {
+  auto model = test::load_model(test::source_path("models/demo"));
+  const Tokenizer tokenizer = Tokenizer::load(test::source_path("models/demo"));
+  GenerationRequest r;
+  r.prompt = tokenizer.encode("Once upon a time", true);
+  r.max_tokens = 40;
+  r.sampling.temperature = 0;
+  EngineOptions options;
+  auto run = [&](const GenerationRequest& req) {
+    Engine engine(*model, &tokenizer, options);
+    std::vector<Outcome> out(1);
+    engine.submit(req, [&](const RequestEvent& e) {
+      out[0].tokens.insert(out[0].tokens.end(), e.tokens.begin(), e.tokens.end());
+      out[0].text += e.text;
+      if (e.finish) out[0].finish = e.finish;
+    });
+    engine.run_until_idle();
+    return out[0];
+  };
+  const Outcome free_run = run(r);
+  ASSERT_EQ(free_run.text, tokenizer.decode(free_run.tokens, true));
+  ASSERT_GE(free_run.text.size(), 20u);
+  // A stop string across the boundary of the 3rd and 4th tokens' text.
+  const size_t boundary =
+      tokenizer.decode(std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.begin() + 3), true)
+          .size();
+  ASSERT_GE(boundary, 2u);
+  const std::string stop = free_run.text.substr(boundary - 2, 4);
+  r.stop = {"never appears \x01", stop};
+  const Outcome stopped = run(r);
+  EXPECT_EQ(stopped.text, free_run.text.substr(0, free_run.text.find(stop)));
+  EXPECT_EQ(stopped.finish, FinishReason::kStop);
+  EXPECT_LE(stopped.tokens.size(), 5u);
+  EXPECT_EQ(stopped.tokens,
+            std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.begin() + stopped.tokens.size()));
+}
+
+}  // namespace
+}  // namespace lmx
