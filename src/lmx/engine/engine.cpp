@@ -223,9 +223,9 @@ void Engine::finish_request(Request& r, FinishReason reason, const std::string& 
     }
 }
 
-std::optional<FinishReason> Engine::sample(Choice& c, std::span<const float> logits, RequestEvent& event) {
+std::optional<FinishReason> Engine::sample(Choice& c, const RowOutput& row, RequestEvent& event) {
   const GenerationRequest& spec = c.request->spec;
-  const int32_t token = c.sampler.sample(logits, c.tokens);
+  const int32_t token = row.argmax ? *row.argmax : c.sampler.sample(row.logits, c.tokens);
   c.tokens.push_back(token);
   ++c.generated;
   ++stats_.generated_tokens;
@@ -245,10 +245,10 @@ std::optional<FinishReason> Engine::sample(Choice& c, std::span<const float> log
   return std::nullopt;
 }
 
-void Engine::sample_and_emit(Choice& c, std::span<const float> logits) {
+void Engine::sample_and_emit(Choice& c, const RowOutput& row) {
   try {
     RequestEvent event;
-    if (const auto reason = sample(c, logits, event))
+    if (const auto reason = sample(c, row, event))
       finish(c, event, *reason);
     else
       emit(c, event);
@@ -257,14 +257,14 @@ void Engine::sample_and_emit(Choice& c, std::span<const float> logits) {
   }
 }
 
-void Engine::fork_choices(Choice& first, std::span<const float> logits) {
+void Engine::fork_choices(Choice& first, const RowOutput& row) {
   Request& r = *first.request;
   r.forked = true;
   for (size_t i = 1; i < r.choices.size(); ++i) {
     Choice& c = *r.choices[i];
     if (c.finished) continue;
     c.kv = model_.kv_cache().fork(*first.kv, c.prompt_tokens);
-    sample_and_emit(c, logits);
+    sample_and_emit(c, row);
     if (!c.finished) scheduler_.add(&c);
   }
 }
@@ -310,11 +310,23 @@ bool Engine::step() {
       rows.push_back({row.sequence->kv.get(),
                       std::span<const int32_t>(row.sequence->tokens)
                           .subspan(static_cast<size_t>(row.begin), static_cast<size_t>(row.count))});
+    // When every row that samples is plain greedy without logprobs, only the argmax ids leave the backend.
+    bool argmax_only = true;
+    for (const ScheduledRow& row : plan.rows) {
+      const GenerationRequest& spec = static_cast<Choice&>(*row.sequence).request->spec;
+      if (row.samples && (!is_plain_greedy(spec.sampling) || spec.top_logprobs >= 0)) argmax_only = false;
+    }
     Tensor logits;
+    std::vector<int32_t> argmax;
+    bool ran = true;
     try {
-      logits = model_.forward(rows);
+      if (argmax_only)
+        argmax = model_.forward_argmax(rows);
+      else
+        logits = model_.forward(rows);
     } catch (const std::exception& e) {
       // The rows' KV may hold part of the step: their requests end.
+      ran = false;
       for (const ScheduledRow& row : plan.rows) {
         auto& c = static_cast<Choice&>(*row.sequence);
         if (!c.finished) finish_request(*c.request, FinishReason::kError, e.what());
@@ -322,7 +334,7 @@ bool Engine::step() {
     }
     ++stats_.steps;
     const auto vocab = logits.defined() ? static_cast<size_t>(logits.dim(1)) : 0;
-    for (size_t i = 0; i < plan.rows.size() && vocab > 0; ++i) {
+    for (size_t i = 0; i < plan.rows.size() && ran; ++i) {
       const ScheduledRow& row = plan.rows[i];
       auto& c = static_cast<Choice&>(*row.sequence);
       ++record.rows;
@@ -333,13 +345,17 @@ bool Engine::step() {
         ++record.decode_rows;
       }
       if (!row.samples || c.finished) continue;
-      const std::span<const float> row_logits(logits.data<float>() + i * vocab, vocab);
+      RowOutput out;
+      if (argmax_only)
+        out.argmax = argmax[i];
+      else
+        out.logits = std::span<const float>(logits.data<float>() + i * vocab, vocab);
       if (c.index == 0 && !c.request->forked && c.request->spec.n > 1) {
         record.sampled += c.request->spec.n - 1;
-        fork_choices(c, row_logits);
+        fork_choices(c, out);
       }
       ++record.sampled;
-      sample_and_emit(c, row_logits);
+      sample_and_emit(c, out);
     }
   }
   // Finished requests leave.

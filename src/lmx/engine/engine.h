@@ -93,16 +93,22 @@ class Engine {
     EventCallback on_event;
   };
 
+  // What a step left for one row: its last logits on the host, or only its argmax (plain greedy steps).
+  struct RowOutput {
+    std::span<const float> logits;
+    std::optional<int32_t> argmax;
+  };
+
   void validate(const GenerationRequest& request) const;
   void admit(Incoming incoming);
   void apply_cancellations();
   // Samples choice `c`'s next token from `logits` into `event` and runs the output stage; returns how
   // the choice ends when it does.
-  std::optional<FinishReason> sample(Choice& c, std::span<const float> logits, RequestEvent& event);
+  std::optional<FinishReason> sample(Choice& c, const RowOutput& row, RequestEvent& event);
   // sample(), then the event (finishing the choice when it ended; the request on an error).
-  void sample_and_emit(Choice& c, std::span<const float> logits);
+  void sample_and_emit(Choice& c, const RowOutput& row);
   // Forks choices 1.. of c's request from choice 0's prompt KV and samples their first tokens.
-  void fork_choices(Choice& first, std::span<const float> logits);
+  void fork_choices(Choice& first, const RowOutput& row);
   // Ends choice `c` with `event` (which may carry its last tokens): releases or keeps its KV, emits.
   void finish(Choice& c, RequestEvent& event, FinishReason reason, const std::string& error = {});
   void finish_request(Request& r, FinishReason reason, const std::string& error);

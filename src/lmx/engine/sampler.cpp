@@ -181,6 +181,11 @@ int32_t argmax(std::span<const float> values) {
 
 }  // namespace sampling
 
+bool is_plain_greedy(const SamplingParams& p) {
+  return p.temperature == 0.0f && p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
+}
+
 Sampler::Sampler(SamplingParams params) : params_(std::move(params)) {
   validate(params_);
   rng_.seed(params_.seed ? *params_.seed : std::random_device{}());
@@ -195,7 +200,9 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 
   const int32_t best = sampling::argmax(logprobs_);
   LMX_REQUIRE(InvalidArgument, logprobs_[best] > kNegInf, "sampling: no token has a finite logit");
-  if (params_.temperature == 0.0f) return best;
+  // Greedy: the first maximum of the processed logits (as a backend's argmax picks it; two logits that
+  // differ may round to one log-probability).
+  if (params_.temperature == 0.0f) return sampling::argmax(processed_);
 
   filtered_ = logprobs_;
   sampling::apply_top_p(filtered_, params_.top_p);

@@ -36,6 +36,10 @@ struct SamplingParams {
   std::optional<uint64_t> seed = std::nullopt;
 };
 
+// Whether `params` is plain greedy decoding: temperature 0 and no logit processors (bias, penalties), so
+// the token is the first maximum of the raw logits — what a backend can pick without the logits leaving it.
+bool is_plain_greedy(const SamplingParams& params);
+
 // Throws InvalidArgument naming the first bad field (e.g. "sampling: top_p must be in (0, 1], got 0").
 void validate(const SamplingParams& params);
 
@@ -77,8 +81,9 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
   // The next token from the logits of one position and the sequence's tokens so far (prompt and
-  // generated, oldest first; only penalties read it). Throws InvalidArgument for empty logits, a
-  // history or bias id outside the vocabulary, or when no token is left with a finite logit.
+  // generated, oldest first; only penalties read it). Greedy (temperature 0) takes the first maximum of the
+  // processed logits. Throws InvalidArgument for empty logits, a history or bias id outside the
+  // vocabulary, or when no token is left with a finite logit.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history = {});
 
   // Log-probabilities of the last sample() call: processed (bias, penalties) but not filtered nor
