@@ -2,6 +2,7 @@
 #include "lmx/engine/engine.h"
 
 #include "lmx/core/error.h"
+#include "lmx/core/thread_pool.h"
 #include "lmx/engine/text_output.h"
 
 #include <algorithm>
@@ -223,15 +224,26 @@ void Engine::finish_request(Request& r, FinishReason reason, const std::string& 
     }
 }
 
-std::optional<FinishReason> Engine::sample(Choice& c, const RowOutput& row, RequestEvent& event) {
+void Engine::pick(Pick& p) const {
+  Choice& c = *p.choice;
   const GenerationRequest& spec = c.request->spec;
-  const int32_t token = row.argmax ? *row.argmax : c.sampler.sample(row.logits, c.tokens);
+  try {
+    p.token = p.row.argmax ? *p.row.argmax : c.sampler.sample(p.row.logits, c.tokens);
+    if (spec.top_logprobs >= 0) p.logprob = token_logprob(c.sampler.last_logprobs(), p.token, spec.top_logprobs);
+  } catch (const std::exception& e) {
+    p.error = e.what();
+  }
+}
+
+std::optional<FinishReason> Engine::apply(const Pick& p, RequestEvent& event) {
+  Choice& c = *p.choice;
+  const GenerationRequest& spec = c.request->spec;
+  const int32_t token = p.token;
   c.tokens.push_back(token);
   ++c.generated;
   ++stats_.generated_tokens;
   event.tokens.push_back(token);
-  if (spec.top_logprobs >= 0)
-    event.logprobs.push_back(token_logprob(c.sampler.last_logprobs(), token, spec.top_logprobs));
+  if (p.logprob) event.logprobs.push_back(*p.logprob);
   if (std::find(spec.stop_token_ids.begin(), spec.stop_token_ids.end(), token) != spec.stop_token_ids.end()) {
     event.text += c.text.finish();
     return FinishReason::kStop;
@@ -245,27 +257,41 @@ std::optional<FinishReason> Engine::sample(Choice& c, const RowOutput& row, Requ
   return std::nullopt;
 }
 
-void Engine::sample_and_emit(Choice& c, const RowOutput& row) {
-  try {
-    RequestEvent event;
-    if (const auto reason = sample(c, row, event))
-      finish(c, event, *reason);
-    else
-      emit(c, event);
-  } catch (const std::exception& e) {
-    finish_request(*c.request, FinishReason::kError, e.what());
+void Engine::sample_rows(std::vector<Pick>& picks) {
+  // Picking (the sampler's passes over the vocabulary, logprobs) is independent per choice: in parallel.
+  parallel_for(static_cast<int64_t>(picks.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) pick(picks[static_cast<size_t>(i)]);
+  });
+  // The output stage and the events, in row order on this thread.
+  for (const Pick& p : picks) {
+    Choice& c = *p.choice;
+    if (c.finished) continue;  // an earlier choice of its request failed
+    if (!p.error.empty()) {
+      finish_request(*c.request, FinishReason::kError, p.error);
+      continue;
+    }
+    try {
+      RequestEvent event;
+      if (const auto reason = apply(p, event)) {
+        finish(c, event, *reason);
+      } else {
+        emit(c, event);
+        if (p.forked) scheduler_.add(&c);
+      }
+    } catch (const std::exception& e) {
+      finish_request(*c.request, FinishReason::kError, e.what());
+    }
   }
 }
 
-void Engine::fork_choices(Choice& first, const RowOutput& row) {
+void Engine::fork_choices(Choice& first, const RowOutput& row, std::vector<Pick>& picks) {
   Request& r = *first.request;
   r.forked = true;
   for (size_t i = 1; i < r.choices.size(); ++i) {
     Choice& c = *r.choices[i];
     if (c.finished) continue;
     c.kv = model_.kv_cache().fork(*first.kv, c.prompt_tokens);
-    sample_and_emit(c, row);
-    if (!c.finished) scheduler_.add(&c);
+    picks.push_back({&c, row, /*forked=*/true});
   }
 }
 
@@ -334,6 +360,7 @@ bool Engine::step() {
     }
     ++stats_.steps;
     const auto vocab = logits.defined() ? static_cast<size_t>(logits.dim(1)) : 0;
+    std::vector<Pick> picks;
     for (size_t i = 0; i < plan.rows.size() && ran; ++i) {
       const ScheduledRow& row = plan.rows[i];
       auto& c = static_cast<Choice&>(*row.sequence);
@@ -350,13 +377,11 @@ bool Engine::step() {
         out.argmax = argmax[i];
       else
         out.logits = std::span<const float>(logits.data<float>() + i * vocab, vocab);
-      if (c.index == 0 && !c.request->forked && c.request->spec.n > 1) {
-        record.sampled += c.request->spec.n - 1;
-        fork_choices(c, out);
-      }
-      ++record.sampled;
-      sample_and_emit(c, out);
+      if (c.index == 0 && !c.request->forked && c.request->spec.n > 1) fork_choices(c, out, picks);
+      picks.push_back({&c, out, /*forked=*/false});
     }
+    record.sampled = static_cast<int64_t>(picks.size());
+    sample_rows(picks);
   }
   // Finished requests leave.
   const auto before = requests_.size();

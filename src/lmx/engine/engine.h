@@ -102,13 +102,27 @@ class Engine {
   void validate(const GenerationRequest& request) const;
   void admit(Incoming incoming);
   void apply_cancellations();
-  // Samples choice `c`'s next token from `logits` into `event` and runs the output stage; returns how
-  // the choice ends when it does.
-  std::optional<FinishReason> sample(Choice& c, const RowOutput& row, RequestEvent& event);
-  // sample(), then the event (finishing the choice when it ended; the request on an error).
-  void sample_and_emit(Choice& c, const RowOutput& row);
-  // Forks choices 1.. of c's request from choice 0's prompt KV and samples their first tokens.
-  void fork_choices(Choice& first, const RowOutput& row);
+  // One choice's next token of a step: which choice, from which row output (a forked choice joins the
+  // scheduler once its first token is in), and what picking found.
+  struct Pick {
+    Choice* choice = nullptr;
+    RowOutput row;
+    bool forked = false;
+    int32_t token = -1;
+    std::optional<TokenLogprob> logprob;
+    std::string error;
+  };
+  // Samples p's token (and logprobs) with its choice's sampler; touches only that choice. Errors go to
+  // p.error.
+  void pick(Pick& p) const;
+  // Appends p's token to its choice and runs the output stage into `event`; returns how the choice ends
+  // when it does.
+  std::optional<FinishReason> apply(const Pick& p, RequestEvent& event);
+  // pick() for every entry in parallel, then apply() and the events in order (finishing choices that
+  // ended, failing the request of an error).
+  void sample_rows(std::vector<Pick>& picks);
+  // Forks choices 1.. of first's request from choice 0's prompt KV; their picks join `picks`.
+  void fork_choices(Choice& first, const RowOutput& row, std::vector<Pick>& picks);
   // Ends choice `c` with `event` (which may carry its last tokens): releases or keeps its KV, emits.
   void finish(Choice& c, RequestEvent& event, FinishReason reason, const std::string& error = {});
   void finish_request(Request& r, FinishReason reason, const std::string& error);
