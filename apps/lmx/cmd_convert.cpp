@@ -16,7 +16,8 @@ Verb add_convert(CLI::App& app) {
     bool force = false;
   };
   auto opt = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("convert", "Write an MLX affine-quantized copy of a bf16/f32 checkpoint");
+  CLI::App* cmd =
+      app.add_subcommand("convert", "Write an MLX affine-quantized copy of a bf16/f32 checkpoint");
   cmd->add_option("--model", opt->model, "Input model directory")->required()->check(non_empty());
   cmd->add_option("--out", opt->out, "Output directory (absent or empty, unless --force)")
       ->required()
@@ -24,7 +25,8 @@ Verb add_convert(CLI::App& app) {
   cmd->add_flag("--force", opt->force, "Replace a non-empty --out directory whole");
   cmd->add_option("--quantize", opt->quantize, "BITS[:GROUP], bits 2/3/4/5/6/8, group 32/64/128 (default 64)")
       ->required();
-  cmd->add_option("--keep-bf16", opt->keep_dense, "Leave modules matching this glob/substring unquantized (repeatable)");
+  cmd->add_option("--keep-bf16", opt->keep_dense,
+                  "Leave modules matching this glob/substring unquantized (repeatable)");
   cmd->add_option("--bits-for", opt->bits_for, "PATTERN=BITS: other bits for matching modules (repeatable)");
   return {cmd, [opt] {
             QuantizeOptions options = parse_quantize_spec(opt->quantize);
@@ -34,8 +36,8 @@ Verb add_convert(CLI::App& app) {
             check_text_files(opt->model);  // the tokenizer and template are copied: they must load
             convert_checkpoint(opt->model, opt->out, options, opt->force);
             double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            std::printf("wrote %s (%d-bit, group %d) in %.1f s\n", opt->out.c_str(), options.bits, options.group_size,
-                        seconds);
+            std::printf("wrote %s (%d-bit, group %d) in %.1f s\n", opt->out.c_str(), options.bits,
+                        options.group_size, seconds);
             return 0;
           }};
 }

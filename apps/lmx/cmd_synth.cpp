@@ -23,8 +23,10 @@ Verb add_synth(CLI::App& app) {
     bool force = false;
   };
   auto opt = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("synth", "Write a synthetic checkpoint (real shapes, random bf16 weights)");
-  auto* preset = cmd->add_option("--preset", opt->preset, "gemma4-e2b | gemma4-e4b | gemma4-26b-a4b | gemma4-31b");
+  CLI::App* cmd =
+      app.add_subcommand("synth", "Write a synthetic checkpoint (real shapes, random bf16 weights)");
+  auto* preset =
+      cmd->add_option("--preset", opt->preset, "gemma4-e2b | gemma4-e4b | gemma4-26b-a4b | gemma4-31b");
   auto* config = cmd->add_option("--config", opt->config, "A config.json to take the shapes from instead")
                      ->check(non_empty());
   preset->excludes(config);

@@ -55,10 +55,12 @@ Verb add_tokenize(CLI::App& app) {
   auto* file =
       cmd->add_option("--text-file", opt->text_file, "File whose bytes are encoded")->check(non_empty());
   text->excludes(file);
-  cmd->add_flag("--no-special", opt->no_special, "Do not add special tokens (BOS/EOS from the post-processor)");
+  cmd->add_flag("--no-special", opt->no_special,
+                "Do not add special tokens (BOS/EOS from the post-processor)");
   cmd->add_flag("--json", opt->json, "Print {\"ids\": [...]}");
   return {cmd, [opt, text, file] {
-            if (text->count() == 0 && file->count() == 0) throw InvalidArgument("tokenize needs --text or --text-file");
+            if (text->count() == 0 && file->count() == 0)
+              throw InvalidArgument("tokenize needs --text or --text-file");
             Tokenizer tokenizer = Tokenizer::load(opt->model);
             std::string input =
                 file->count() ? read_input_file(opt->text_file, InputKind::kUserData) : opt->text;
@@ -108,16 +110,18 @@ Verb add_template(CLI::App& app) {
       ->required()
       ->check(non_empty());
   cmd->add_option("--tools", opt->tools, "JSON file: a list of tool schemas")->check(non_empty());
-  cmd->add_flag("--no-generation-prompt", opt->no_generation_prompt, "Do not open the model's turn at the end");
+  cmd->add_flag("--no-generation-prompt", opt->no_generation_prompt,
+                "Do not open the model's turn at the end");
   cmd->add_flag("--enable-thinking", opt->enable_thinking, "Pass enable_thinking=true to the template");
   return {cmd, [opt] {
             Tokenizer tokenizer = Tokenizer::load(opt->model);
             nlohmann::ordered_json messages = read_json_array(opt->messages, "--messages");
-            nlohmann::ordered_json tools = opt->tools.empty() ? nlohmann::ordered_json(nullptr)
-                                                              : read_json_array(opt->tools, "--tools");
+            nlohmann::ordered_json tools =
+                opt->tools.empty() ? nlohmann::ordered_json(nullptr) : read_json_array(opt->tools, "--tools");
             std::optional<bool> thinking;
             if (opt->enable_thinking) thinking = true;
-            std::string prompt = render_chat(tokenizer, messages, tools, !opt->no_generation_prompt, thinking);
+            std::string prompt =
+                render_chat(tokenizer, messages, tools, !opt->no_generation_prompt, thinking);
             std::fwrite(prompt.data(), 1, prompt.size(), stdout);  // exactly the rendered bytes
             return 0;
           }};

@@ -28,8 +28,9 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
     while (!item.empty() && item.back() == ' ') item.pop_back();
     int32_t value = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    LMX_REQUIRE(InvalidArgument, !item.empty() && ec == std::errc() && end == item.data() + item.size() && value >= 0,
-                             "'{}' in the id list is not a non-negative integer token id", item);
+    LMX_REQUIRE(InvalidArgument,
+                !item.empty() && ec == std::errc() && end == item.data() + item.size() && value >= 0,
+                "'{}' in the id list is not a non-negative integer token id", item);
     ids.push_back(value);
     pos = comma + 1;
   }
@@ -55,10 +56,13 @@ std::string default_model_dir() {
       // an unreachable candidate is not the demo model; try the next
     }
   }
-  throw InvalidArgument("no --model given and the bundled demo model (models/demo) was not found; pass --model DIR");
+  throw InvalidArgument(
+      "no --model given and the bundled demo model (models/demo) was not found; pass --model DIR");
 }
 
-std::string model_or_default(const std::string& model) { return model.empty() ? default_model_dir() : model; }
+std::string model_or_default(const std::string& model) {
+  return model.empty() ? default_model_dir() : model;
+}
 
 std::string format_bytes(size_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

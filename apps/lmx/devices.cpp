@@ -145,9 +145,10 @@ Verb add_info(CLI::App& app) {
             int runtime = 0, driver = 0;
             (void)cudaRuntimeGetVersion(&runtime);
             if (cudaDriverGetVersion(&driver) != cudaSuccess) (void)cudaGetLastError();
-            out["cuda"] = {{"runtime", fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10)},
-                           {"driver", driver > 0 ? fmt::format("{}.{}", driver / 1000, driver % 1000 / 10) : "none"},
-                           {"compiled_for", LMX_CUDA_ARCHITECTURES}};
+            out["cuda"] = {
+                {"runtime", fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10)},
+                {"driver", driver > 0 ? fmt::format("{}.{}", driver / 1000, driver % 1000 / 10) : "none"},
+                {"compiled_for", LMX_CUDA_ARCHITECTURES}};
             for (int i = 0; i < cuda::device_count(); ++i)
               gpus.push_back({{"device", fmt::format("cuda:{}", i)}, {"name", cuda::device_description(i)}});
 #endif

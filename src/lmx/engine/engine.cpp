@@ -229,7 +229,8 @@ void Engine::pick(Pick& p) const {
   const GenerationRequest& spec = c.request->spec;
   try {
     p.token = p.row.argmax ? *p.row.argmax : c.sampler.sample(p.row.logits, c.tokens);
-    if (spec.top_logprobs >= 0) p.logprob = token_logprob(c.sampler.last_logprobs(), p.token, spec.top_logprobs);
+    if (spec.top_logprobs >= 0)
+      p.logprob = token_logprob(c.sampler.last_logprobs(), p.token, spec.top_logprobs);
   } catch (const std::exception& e) {
     p.error = e.what();
   }

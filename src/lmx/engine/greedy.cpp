@@ -8,7 +8,8 @@
 
 namespace lmx {
 
-GreedyResult generate_greedy(LanguageModel& model, std::span<const int32_t> prompt, const GreedyOptions& options) {
+GreedyResult generate_greedy(LanguageModel& model, std::span<const int32_t> prompt,
+                             const GreedyOptions& options) {
   LMX_REQUIRE(InvalidArgument, !prompt.empty(), "generate: the prompt is empty");
   LMX_REQUIRE(InvalidArgument, options.max_new_tokens >= 0, "generate: max tokens must be ≥ 0");
   using Clock = std::chrono::steady_clock;
@@ -16,7 +17,8 @@ GreedyResult generate_greedy(LanguageModel& model, std::span<const int32_t> prom
   result.prompt_tokens = static_cast<int>(prompt.size());
   if (options.max_new_tokens == 0) return result;
   auto seq = model.new_sequence();
-  const size_t chunk = options.prefill_chunk_tokens > 0 ? static_cast<size_t>(options.prefill_chunk_tokens) : prompt.size();
+  const size_t chunk =
+      options.prefill_chunk_tokens > 0 ? static_cast<size_t>(options.prefill_chunk_tokens) : prompt.size();
 
   auto start = Clock::now();
   int32_t token = 0;

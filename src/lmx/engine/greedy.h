@@ -12,7 +12,7 @@ namespace lmx {
 
 struct GreedyOptions {
   int max_new_tokens = 32;
-  int prefill_chunk_tokens = 0;        // 0 = the whole prompt in one step
+  int prefill_chunk_tokens = 0;         // 0 = the whole prompt in one step
   std::vector<int32_t> stop_token_ids;  // generation ends after emitting one of these
   // Called with each new token as it is produced; return false to stop early.
   std::function<bool(int32_t)> on_token;
@@ -28,6 +28,7 @@ struct GreedyResult {
 
 // Runs the prompt through a fresh sequence of `model` and decodes greedily. The prompt must be
 // non-empty; token ids are validated by the model.
-GreedyResult generate_greedy(LanguageModel& model, std::span<const int32_t> prompt, const GreedyOptions& options);
+GreedyResult generate_greedy(LanguageModel& model, std::span<const int32_t> prompt,
+                             const GreedyOptions& options);
 
 }  // namespace lmx

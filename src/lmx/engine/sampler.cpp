@@ -22,7 +22,7 @@ std::span<const int32_t> recent(std::span<const int32_t> history, int32_t contex
 void check_ids(std::span<const int32_t> ids, size_t vocab, const char* what) {
   for (int32_t id : ids)
     LMX_REQUIRE(InvalidArgument, id >= 0 && static_cast<size_t>(id) < vocab,
-                             "sampling: {} token id {} is outside the vocabulary [0, {})", what, id, vocab);
+                "sampling: {} token id {} is outside the vocabulary [0, {})", what, id, vocab);
 }
 
 // Whether token a ranks before token b: the higher value first, then the lower id.
@@ -47,27 +47,28 @@ std::vector<int32_t> ranked_finite(std::span<const float> values) {
 
 void validate(const SamplingParams& p) {
   LMX_REQUIRE(InvalidArgument, std::isfinite(p.temperature) && p.temperature >= 0,
-                           "sampling: temperature must be ≥ 0, got {}", p.temperature);
-  LMX_REQUIRE(InvalidArgument, p.top_p > 0 && p.top_p <= 1, "sampling: top_p must be in (0, 1], got {}", p.top_p);
+              "sampling: temperature must be ≥ 0, got {}", p.temperature);
+  LMX_REQUIRE(InvalidArgument, p.top_p > 0 && p.top_p <= 1, "sampling: top_p must be in (0, 1], got {}",
+              p.top_p);
   LMX_REQUIRE(InvalidArgument, p.top_k >= 0, "sampling: top_k must be ≥ 0, got {}", p.top_k);
-  LMX_REQUIRE(InvalidArgument, p.min_p >= 0 && p.min_p < 1, "sampling: min_p must be in [0, 1), got {}", p.min_p);
+  LMX_REQUIRE(InvalidArgument, p.min_p >= 0 && p.min_p < 1, "sampling: min_p must be in [0, 1), got {}",
+              p.min_p);
   LMX_REQUIRE(InvalidArgument, std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0,
-                           "sampling: repetition_penalty must be > 0, got {}", p.repetition_penalty);
+              "sampling: repetition_penalty must be > 0, got {}", p.repetition_penalty);
   LMX_REQUIRE(InvalidArgument, std::isfinite(p.presence_penalty),
-                           "sampling: presence_penalty must be finite, got {}", p.presence_penalty);
+              "sampling: presence_penalty must be finite, got {}", p.presence_penalty);
   LMX_REQUIRE(InvalidArgument, std::isfinite(p.frequency_penalty),
-                           "sampling: frequency_penalty must be finite, got {}", p.frequency_penalty);
+              "sampling: frequency_penalty must be finite, got {}", p.frequency_penalty);
   LMX_REQUIRE(InvalidArgument, p.repetition_context_size >= 0,
-                           "sampling: repetition_context_size must be ≥ 0, got {}",
-                           p.repetition_context_size);
+              "sampling: repetition_context_size must be ≥ 0, got {}", p.repetition_context_size);
   LMX_REQUIRE(InvalidArgument, p.presence_context_size >= 0,
-                           "sampling: presence_context_size must be ≥ 0, got {}", p.presence_context_size);
+              "sampling: presence_context_size must be ≥ 0, got {}", p.presence_context_size);
   LMX_REQUIRE(InvalidArgument, p.frequency_context_size >= 0,
-                           "sampling: frequency_context_size must be ≥ 0, got {}", p.frequency_context_size);
+              "sampling: frequency_context_size must be ≥ 0, got {}", p.frequency_context_size);
   for (const auto& [id, bias] : p.logit_bias) {
     LMX_REQUIRE(InvalidArgument, id >= 0, "sampling: logit_bias token id {} is negative", id);
-    LMX_REQUIRE(InvalidArgument, std::isfinite(bias), "sampling: logit_bias for token {} must be finite, got {}",
-                             id, bias);
+    LMX_REQUIRE(InvalidArgument, std::isfinite(bias),
+                "sampling: logit_bias for token {} must be finite, got {}", id, bias);
   }
 }
 
@@ -89,7 +90,7 @@ void apply_logit_processors(const SamplingParams& params, std::span<float> logit
   const size_t vocab = logits.size();
   for (const auto& [id, bias] : params.logit_bias) {
     LMX_REQUIRE(InvalidArgument, id >= 0 && static_cast<size_t>(id) < vocab,
-                             "sampling: logit_bias token id {} is outside the vocabulary [0, {})", id, vocab);
+                "sampling: logit_bias token id {} is outside the vocabulary [0, {})", id, vocab);
     logits[id] += bias;
   }
   if (params.repetition_penalty != 1.0f) {
@@ -182,8 +183,8 @@ int32_t argmax(std::span<const float> values) {
 }  // namespace sampling
 
 bool is_plain_greedy(const SamplingParams& p) {
-  return p.temperature == 0.0f && p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f;
+  return p.temperature == 0.0f && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
+         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
 }
 
 Sampler::Sampler(SamplingParams params) : params_(std::move(params)) {

@@ -11,7 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
+#include <thread>
 
 namespace lmx {
 namespace {
@@ -248,6 +251,50 @@ TEST_F(EngineTest, CancellationFreesBlocksWithinOneStep) {
   engine.cancel(id);  // finished: ignored
   engine.cancel(12345);
   EXPECT_FALSE(engine.step());
+}
+
+TEST_F(EngineTest, SubmitAndCancelFromAnotherThreadWhileStepping) {
+  const EngineOptions options = small_steps();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 24; ++i) requests.push_back(varied_request(i));
+  Engine engine(*model_, nullptr, options);
+  std::vector<std::vector<Outcome>> outcomes(requests.size());
+  std::atomic<int> finished{0};
+  std::thread client([&] {
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      outcomes[i].assign(1, {});
+      ids.push_back(engine.submit(requests[i], [&, i](const RequestEvent& e) {
+        Outcome& o = outcomes[i][0];
+        o.tokens.insert(o.tokens.end(), e.tokens.begin(), e.tokens.end());
+        if (e.finish) {
+          o.finish = e.finish;
+          ++o.finish_events;
+          ++finished;
+        }
+      }));
+      if (i % 8 == 7) engine.cancel(ids[i - 3]);
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  });
+  // The stepping thread waits for work, steps, and stops once every request has finished.
+  while (finished.load() < static_cast<int>(requests.size()))
+    if (engine.wait_for_work(std::chrono::milliseconds(50))) engine.step();
+  client.join();
+  EXPECT_TRUE(engine.idle());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Outcome& o = outcomes[i][0];
+    EXPECT_EQ(o.finish_events, 1) << i;
+    if (o.finish == FinishReason::kCancelled) {
+      const auto alone = solo(*model_, requests[i], options)[0].tokens;
+      EXPECT_EQ(o.tokens, std::vector<int32_t>(alone.begin(),
+                                               alone.begin() + static_cast<std::ptrdiff_t>(o.tokens.size())))
+          << "request " << i << " (cancelled)";
+    } else {
+      EXPECT_EQ(o.tokens, solo(*model_, requests[i], options)[0].tokens) << "request " << i;
+    }
+  }
+  EXPECT_EQ(model_->kv_cache().pool().used_bytes(), 0u);
 }
 
 TEST_F(EngineTest, RefusesBadRequestsWithTheField) {
