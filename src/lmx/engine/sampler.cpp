@@ -4,9 +4,11 @@
 #include "lmx/core/error.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 namespace lmx {
 namespace {
@@ -33,17 +35,50 @@ struct RanksBefore {
   }
 };
 
-// Ids of the finite entries, in rank order.
+}  // namespace
+
+namespace sampling {
+
 std::vector<int32_t> ranked_finite(std::span<const float> values) {
+  // Large vocabularies: a stable LSD radix sort (two passes of 16 bits) of an order key: the ids enter in
+  // ascending order, so equal values stay in id order. The key of v is its bits made order-preserving as an
+  // unsigned integer (sign bit set: all bits flipped; else the sign bit set), complemented for descending
+  // order; -0 counts as +0, as == does.
+  std::vector<uint32_t> keys;
   std::vector<int32_t> ids;
+  keys.reserve(values.size());
   ids.reserve(values.size());
-  for (size_t i = 0; i < values.size(); ++i)
-    if (std::isfinite(values[i])) ids.push_back(static_cast<int32_t>(i));
-  std::sort(ids.begin(), ids.end(), RanksBefore{values});
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) continue;
+    const uint32_t bits = std::bit_cast<uint32_t>(values[i] + 0.0f);
+    keys.push_back(~((bits & 0x80000000u) ? ~bits : (bits | 0x80000000u)));
+    ids.push_back(static_cast<int32_t>(i));
+  }
+  // Below a few thousand entries the radix passes' 64 Ki-entry histograms cost more than a comparison sort.
+  if (ids.size() < 4096) {
+    std::sort(ids.begin(), ids.end(), RanksBefore{values});
+    return ids;
+  }
+  std::vector<uint32_t> keys_out(keys.size());
+  std::vector<int32_t> ids_out(ids.size());
+  std::vector<uint32_t> offsets(65536);
+  for (int shift : {0, 16}) {
+    std::fill(offsets.begin(), offsets.end(), 0u);
+    for (uint32_t k : keys) ++offsets[(k >> shift) & 0xFFFFu];
+    uint32_t total = 0;
+    for (uint32_t& o : offsets) total += std::exchange(o, total);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const uint32_t at = offsets[(keys[i] >> shift) & 0xFFFFu]++;
+      keys_out[at] = keys[i];
+      ids_out[at] = ids[i];
+    }
+    keys.swap(keys_out);
+    ids.swap(ids_out);
+  }
   return ids;
 }
 
-}  // namespace
+}  // namespace sampling
 
 void validate(const SamplingParams& p) {
   LMX_REQUIRE(InvalidArgument, std::isfinite(p.temperature) && p.temperature >= 0,

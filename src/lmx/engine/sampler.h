@@ -67,6 +67,8 @@ void apply_top_p(std::span<float> logprobs, float top_p);
 void apply_min_p(std::span<float> logprobs, float min_p);
 // Keeps the `top_k` largest (no-op when top_k is 0 or ≥ the size).
 void apply_top_k(std::span<float> logprobs, int32_t top_k);
+// The ids of the finite values in rank order: a higher value first, then a lower id (-0 and +0 are equal).
+std::vector<int32_t> ranked_finite(std::span<const float> values);
 // The first index of the largest value (NaN never wins); 0 when every value is -inf or NaN.
 int32_t argmax(std::span<const float> values);
 

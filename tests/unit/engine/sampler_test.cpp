@@ -123,6 +123,46 @@ TEST(Sampler, TopPKeepsNaiveSet) {
   EXPECT_EQ(survivors(lp), std::set<int32_t>{sampling::argmax(unchanged)});
 }
 
+// ranked_finite (a radix sort from 4096 entries on) orders exactly as a comparison sort by (value descending,
+// id ascending): ties, -0 against +0, tiny and huge magnitudes; non-finite values left out.
+TEST(Sampler, RankedFiniteMatchesAComparisonSort) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{4096}, size_t{5000}, size_t{262144}}) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) {
+      switch (test::rng()() % 8) {
+        case 0:
+          v[i] = 0.0f;
+          break;
+        case 1:
+          v[i] = -0.0f;
+          break;
+        case 2:
+          v[i] = static_cast<float>(static_cast<int>(test::rng()() % 5)) - 2.0f;
+          break;  // ties
+        case 3:
+          v[i] = (test::rng()() % 2 ? 1 : -1) * std::ldexp(1.0f, -140 + static_cast<int>(test::rng()() % 20));
+          break;
+        case 4:
+          v[i] = (test::rng()() % 2 ? 1 : -1) * 3e38f;
+          break;
+        case 5:
+          v[i] = test::rng()() % 3 == 0 ? -inf : (test::rng()() % 2 ? nan : inf);
+          break;
+        default:
+          v[i] = test::random_floats(1, -30.0f, 5.0f)[0];
+      }
+    }
+    std::vector<int32_t> expected;
+    for (size_t i = 0; i < n; ++i)
+      if (std::isfinite(v[i])) expected.push_back(static_cast<int32_t>(i));
+    std::sort(expected.begin(), expected.end(),
+              [&](int32_t a, int32_t b) { return v[a] != v[b] ? v[a] > v[b] : a < b; });
+    EXPECT_EQ(sampling::ranked_finite(v), expected) << "n " << n;
+  }
+}
+
 TEST(Sampler, MinPKeepsNaiveSet) {
   for (float min_p : {0.001f, 0.05f, 0.2f, 0.7f}) {
     for (int trial = 0; trial < 5; ++trial) {
