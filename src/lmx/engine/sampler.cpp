@@ -222,6 +222,15 @@ bool is_plain_greedy(const SamplingParams& p) {
          p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
 }
 
+std::span<const float> Sampler::last_logprobs() const {
+  if (!logprobs_ready_) {
+    logprobs_.resize(processed_.size());
+    sampling::log_softmax(processed_, logprobs_);
+    logprobs_ready_ = true;
+  }
+  return logprobs_;
+}
+
 Sampler::Sampler(SamplingParams params) : params_(std::move(params)) {
   validate(params_);
   rng_.seed(params_.seed ? *params_.seed : std::random_device{}());
@@ -231,14 +240,17 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   LMX_REQUIRE(InvalidArgument, !logits.empty(), "sampling: empty logits");
   processed_.assign(logits.begin(), logits.end());
   sampling::apply_logit_processors(params_, processed_, history);
-  logprobs_.resize(processed_.size());
-  sampling::log_softmax(processed_, logprobs_);
-
+  logprobs_ready_ = false;
+  // Greedy: the first maximum of the processed logits (as a backend's argmax picks it; two logits that
+  // differ may round to one log-probability). Its log-probabilities are computed only when asked for.
+  if (params_.temperature == 0.0f) {
+    const int32_t best = sampling::argmax(processed_);
+    LMX_REQUIRE(InvalidArgument, processed_[best] > kNegInf, "sampling: no token has a finite logit");
+    return best;
+  }
+  last_logprobs();
   const int32_t best = sampling::argmax(logprobs_);
   LMX_REQUIRE(InvalidArgument, logprobs_[best] > kNegInf, "sampling: no token has a finite logit");
-  // Greedy: the first maximum of the processed logits (as a backend's argmax picks it; two logits that
-  // differ may round to one log-probability).
-  if (params_.temperature == 0.0f) return sampling::argmax(processed_);
 
   filtered_ = logprobs_;
   sampling::apply_top_p(filtered_, params_.top_p);

@@ -90,14 +90,15 @@ class Sampler {
 
   // Log-probabilities of the last sample() call: processed (bias, penalties) but not filtered nor
   // tempered — what a request for logprobs reports.
-  std::span<const float> last_logprobs() const { return logprobs_; }
+  std::span<const float> last_logprobs() const;
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<float> processed_;  // logits after the processors
-  std::vector<float> logprobs_;   // log_softmax(processed_)
-  std::vector<float> filtered_;   // logprobs_ after the filters
+  std::vector<float> processed_;         // logits after the processors
+  mutable std::vector<float> logprobs_;  // log_softmax(processed_), computed when first needed after a sample
+  mutable bool logprobs_ready_ = false;
+  std::vector<float> filtered_;  // logprobs_ after the filters
 };
 
 }  // namespace lmx
