@@ -261,17 +261,22 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   // comes from the top 53 bits of one mt19937_64 output, so a seed gives the same draw everywhere.
   const double inv_t = 1.0 / static_cast<double>(params_.temperature);
   const double top = static_cast<double>(filtered_[best]) * inv_t;
+  // The survivors' weights, in id order, computed once for the total and the walk.
+  weights_.clear();
   double total = 0;
-  for (float v : filtered_)
-    if (v > kNegInf) total += std::exp(static_cast<double>(v) * inv_t - top);
+  for (size_t i = 0; i < filtered_.size(); ++i)
+    if (filtered_[i] > kNegInf) {
+      const double w = std::exp(static_cast<double>(filtered_[i]) * inv_t - top);
+      weights_.emplace_back(static_cast<int32_t>(i), w);
+      total += w;
+    }
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
   const double target = u * total;
   double cumulative = 0;
   int32_t last = best;
-  for (size_t i = 0; i < filtered_.size(); ++i) {
-    if (!(filtered_[i] > kNegInf)) continue;
-    cumulative += std::exp(static_cast<double>(filtered_[i]) * inv_t - top);
-    last = static_cast<int32_t>(i);
+  for (const auto& [id, w] : weights_) {
+    cumulative += w;
+    last = id;
     if (cumulative > target) return last;
   }
   return last;  // rounding left the target at the very end

@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace lmx {
@@ -98,7 +99,8 @@ class Sampler {
   std::vector<float> processed_;         // logits after the processors
   mutable std::vector<float> logprobs_;  // log_softmax(processed_), computed when first needed after a sample
   mutable bool logprobs_ready_ = false;
-  std::vector<float> filtered_;  // logprobs_ after the filters
+  std::vector<float> filtered_;                      // logprobs_ after the filters
+  std::vector<std::pair<int32_t, double>> weights_;  // the draw's survivors and their unnormalised weights
 };
 
 }  // namespace lmx
