@@ -26,6 +26,7 @@ struct BenchOptions {
   std::string model;
   ModelFlags flags;
   EngineFlags engine;
+  SamplingFlags sampling;
   int prompt_tokens = 128, gen_tokens = 32, threads = 0, concurrency = 0;
   bool json = false, no_warmup = false;
 };
@@ -46,14 +47,19 @@ double percentile(std::vector<double> values, double p) {
   return values[i];
 }
 
-// --concurrency N: N sequences of --prompt-tokens random ids, each greedily generating --gen-tokens (no stop
-// tokens), submitted at once and scheduled by the engine. Decode tok/s counts the tokens of steps without
-// prefill rows over their time; prefill tok/s the prompt tokens over the time of steps with prefill rows.
+// --concurrency N: N sequences of --prompt-tokens random ids, each generating --gen-tokens (greedy unless the
+// sampling flags say otherwise; no stop tokens), submitted at once and scheduled by the engine. Decode tok/s
+// counts the tokens of steps without prefill rows over their time; prefill tok/s the prompt tokens over the
+// time of steps with prefill rows.
 int run_concurrent(const BenchOptions& o, LanguageModel& model, double load_s) {
   using Clock = std::chrono::steady_clock;
   std::mt19937 rng(1234);
   const int vocab = model.description().vocab_size;
   const EngineOptions engine_opts = engine_options(o.engine);
+  // Greedy unless the sampling flags ask otherwise; request i of a seeded run samples with seed + i.
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const SamplingParams sampling = sampling_params(o.sampling, greedy, "the defaults");
   struct Timeline {
     Clock::time_point submitted;
     std::vector<Clock::time_point> tokens;
@@ -84,7 +90,8 @@ int run_concurrent(const BenchOptions& o, LanguageModel& model, double load_s) {
       GenerationRequest r;
       r.prompt = random_prompt(rng, vocab, prompt_tokens);
       r.max_tokens = gen_tokens;
-      r.sampling.temperature = 0;
+      r.sampling = sampling;
+      if (r.sampling.seed) *r.sampling.seed += static_cast<uint64_t>(i);
       Timeline& t = timelines[static_cast<size_t>(i)];
       t.submitted = Clock::now();
       engine.submit(std::move(r), [&t, &error](const RequestEvent& e) {
@@ -128,6 +135,9 @@ int run_concurrent(const BenchOptions& o, LanguageModel& model, double load_s) {
                         {"prefill_chunk", engine_opts.scheduler.prefill_chunk_tokens},
                         {"max_rows", engine_opts.scheduler.max_rows},
                         {"warmup", !o.no_warmup},
+                        {"temperature", sampling.temperature},
+                        {"top_p", sampling.top_p},
+                        {"top_k", sampling.top_k},
                         {"total_s", total_s},
                         {"prefill_tok_s", prefill_tok_s},
                         {"decode_tok_s", decode_tok_s},
@@ -183,6 +193,7 @@ Verb add_bench(CLI::App& app) {
                   "throughput and latency percentiles; 0 = one sequence, one step at a time")
       ->check(CLI::Range(0, 1 << 16));
   add_engine_options(cmd, opt->engine);
+  add_sampling_options(cmd, opt->sampling, "0, greedy; --concurrency only");
   cmd->add_flag("--json", opt->json, "Print results as JSON");
   cmd->add_flag(
       "--no-warmup", opt->no_warmup,
@@ -191,6 +202,12 @@ Verb add_bench(CLI::App& app) {
   add_model_options(cmd, opt->flags);
   return {cmd, [opt] {
             using Clock = std::chrono::steady_clock;
+            const SamplingFlags& f = opt->sampling;
+            for (const CLI::Option* flag : {f.temperature_flag, f.top_p_flag, f.top_k_flag, f.min_p_flag,
+                                            f.repetition_penalty_flag, f.seed_flag})
+              LMX_REQUIRE(InvalidArgument, opt->concurrency > 0 || flag->count() == 0,
+                          "{} applies to --concurrency runs (the single-sequence bench decodes greedily)",
+                          flag->get_name());
             apply_threads(opt->threads);
             auto load_start = Clock::now();
             auto model = load_language_model(opt->model, opt->flags);

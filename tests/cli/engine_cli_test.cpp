@@ -108,6 +108,15 @@ TEST(EngineCli, BenchConcurrencyReportsAggregates) {
   r = run_lmx("bench --model " + tiny("tiny-e2b") + " --concurrency 2 --prompt-tokens 4 --gen-tokens 3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("first token"), std::string::npos) << r.output;
+  // Sampled sequences; sampling flags without --concurrency are refused.
+  r = run_lmx(
+      "bench --model " + tiny("tiny-e2b") +
+      " --concurrency 3 --prompt-tokens 4 --gen-tokens 3 --temperature 0.8 --top-p 0.9 --seed 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FLOAT_EQ(nlohmann::json::parse(r.output)["top_p"].get<float>(), 0.9f);
+  r = run_lmx("bench --model " + tiny("tiny-e2b") + " --prompt-tokens 4 --gen-tokens 3 --temperature 0.8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--temperature applies to --concurrency runs"), std::string::npos) << r.output;
 }
 
 TEST(EngineCli, GenerateSamplesReproduciblyWithASeed) {
