@@ -42,7 +42,7 @@ struct Line {
 // `defaults`.
 GenerationRequest parse_line(const std::string& text, const GenerationRequest& defaults,
                              const Tokenizer* tokenizer) {
-  const nlohmann::json body = parse_json(text, "the line");
+  const nlohmann::ordered_json body = parse_ordered_json(text, "the line");
   LMX_REQUIRE(InvalidArgument, body.is_object(), "the line must be a JSON object, got {}", body.type_name());
   const int given = static_cast<int>(body.contains("prompt")) + static_cast<int>(body.contains("messages")) +
                     static_cast<int>(body.contains("prompt_ids"));
@@ -50,7 +50,7 @@ GenerationRequest parse_line(const std::string& text, const GenerationRequest& d
               "the line needs exactly one of \"prompt\", \"messages\" and \"prompt_ids\"");
   GenerationRequest r = defaults;
   if (body.contains("prompt_ids")) {
-    const nlohmann::json& ids = body.at("prompt_ids");
+    const nlohmann::ordered_json& ids = body.at("prompt_ids");
     LMX_REQUIRE(InvalidArgument, ids.is_array(), "\"prompt_ids\" must be an array of token ids");
     for (size_t i = 0; i < ids.size(); ++i) {
       LMX_REQUIRE(
@@ -68,8 +68,7 @@ GenerationRequest parse_line(const std::string& text, const GenerationRequest& d
     } else {
       LMX_REQUIRE(InvalidArgument, body.at("messages").is_array(),
                   "\"messages\" must be an array of messages");
-      const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(body.at("messages").dump());
-      const std::string rendered = render_chat(*tokenizer, messages, nullptr, true, std::nullopt);
+      const std::string rendered = render_chat(*tokenizer, body.at("messages"), nullptr, true, std::nullopt);
       r.prompt = tokenizer->encode(rendered, /*add_special_tokens=*/false);  // the template wrote <bos>
     }
   }
@@ -118,8 +117,7 @@ int run_batch(const BatchOptions& o) {
   const GenerationConfig generation = load_generation_config(o.model);
   defaults.sampling = sampling_from_generation_config(generation);
   defaults.max_tokens = o.max_tokens;
-  defaults.stop_token_ids = generation.eos_token_ids;
-  for (int id : model->description().eos_token_ids) defaults.stop_token_ids.push_back(id);
+  defaults.stop_token_ids = end_token_ids(generation, *model, tokenizer ? &*tokenizer : nullptr);
 
   std::vector<Line> lines;
   for (size_t pos = 0, number = 1; pos < input.size(); ++number) {

@@ -118,12 +118,7 @@ int run_concurrent(const BenchOptions& o, LanguageModel& model, double load_s) {
   const int64_t generated = int64_t{o.concurrency} * o.gen_tokens;
   const double prefill_tok_s = prefill_s > 0 ? static_cast<double>(prefill_tokens) / prefill_s : 0;
   const double decode_tok_s = decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0;
-  const size_t block_bytes_all = [&] {
-    size_t b = 0;
-    for (int g = 0; g < model.kv_cache().layout().num_groups(); ++g)
-      b += model.kv_cache().layout().group(g).block_bytes;
-    return b;
-  }();
+
   nlohmann::json out = {{"model", o.model},
                         {"device", model.device_description()},
                         {"threads", default_pool().threads()},
@@ -149,7 +144,6 @@ int run_concurrent(const BenchOptions& o, LanguageModel& model, double load_s) {
                         {"weight_bytes_per_token", model.weight_bytes_per_token()},
                         {"kv_cache", model.kv_cache().layout().codec().name()},
                         {"kv_peak_bytes", peak_kv},
-                        {"kv_block_bytes", block_bytes_all},
                         {"kv_budget_bytes", model.kv_cache().pool().budget_bytes()},
                         {"preemptions", preemptions}};
   if (o.json) {

@@ -125,12 +125,7 @@ class Chat {
         sampling_(sampling_params(options, dir)),
         model_(load_language_model(dir, options.flags)),
         engine_(*model_, &tokenizer_) {
-    // Stop at every end token the model directory names (Gemma 4: <eos> and <turn|>).
-    stop_ids_ = load_generation_config(dir).eos_token_ids;
-    for (int id : model_->description().eos_token_ids) stop_ids_.push_back(id);
-    if (tokenizer_.eos_id()) stop_ids_.push_back(*tokenizer_.eos_id());
-    std::sort(stop_ids_.begin(), stop_ids_.end());
-    stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
+    stop_ids_ = end_token_ids(load_generation_config(dir), *model_, &tokenizer_);
     context_tokens_ = context_length(*model_);
     reset();
   }

@@ -18,6 +18,7 @@
 namespace lmx {
 class Tokenizer;
 class LanguageModel;
+struct GenerationConfig;
 }  // namespace lmx
 
 namespace lmx::cli {
@@ -81,6 +82,12 @@ struct EngineFlags {
 };
 void add_engine_options(CLI::App* command, EngineFlags& flags);
 EngineOptions engine_options(const EngineFlags& flags);
+
+// Every end token a model directory names, sorted and unique: generation_config.json's eos_token_id
+// (`generation`), config.json's, and the tokenizer's EOS when given (Gemma 4: <eos> and <turn|>). What chat
+// and batch stop at.
+std::vector<int32_t> end_token_ids(const GenerationConfig& generation, const LanguageModel& model,
+                                   const Tokenizer* tokenizer);
 
 // Parses "2,105,7" into token ids; throws InvalidArgument naming the bad item.
 std::vector<int32_t> parse_ids(const std::string& csv);

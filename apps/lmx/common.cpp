@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <climits>
@@ -34,6 +35,16 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
     ids.push_back(value);
     pos = comma + 1;
   }
+  return ids;
+}
+
+std::vector<int32_t> end_token_ids(const GenerationConfig& generation, const LanguageModel& model,
+                                   const Tokenizer* tokenizer) {
+  std::vector<int32_t> ids = generation.eos_token_ids;
+  for (int id : model.description().eos_token_ids) ids.push_back(id);
+  if (tokenizer && tokenizer->eos_id()) ids.push_back(*tokenizer->eos_id());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
 }
 

@@ -10,23 +10,23 @@
 namespace lmx {
 namespace {
 
-double number(const nlohmann::json& body, const char* field) {
-  const nlohmann::json& v = body.at(field);
+double number(const nlohmann::ordered_json& body, const char* field) {
+  const nlohmann::ordered_json& v = body.at(field);
   LMX_REQUIRE(InvalidArgument, v.is_number(), "field \"{}\" must be a number, got {}", field, v.type_name());
   const double d = v.get<double>();
   LMX_REQUIRE(InvalidArgument, std::isfinite(d), "field \"{}\" must be finite", field);
   return d;
 }
 
-float bounded(const nlohmann::json& body, const char* field, double lo, double hi) {
+float bounded(const nlohmann::ordered_json& body, const char* field, double lo, double hi) {
   const double d = number(body, field);
   LMX_REQUIRE(InvalidArgument, d >= lo && d <= hi, "field \"{}\" must be in [{}, {}], got {}", field, lo, hi,
               d);
   return static_cast<float>(d);
 }
 
-int64_t integer(const nlohmann::json& body, const char* field, int64_t lo, int64_t hi) {
-  const nlohmann::json& v = body.at(field);
+int64_t integer(const nlohmann::ordered_json& body, const char* field, int64_t lo, int64_t hi) {
+  const nlohmann::ordered_json& v = body.at(field);
   LMX_REQUIRE(
       InvalidArgument,
       v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())),
@@ -37,13 +37,13 @@ int64_t integer(const nlohmann::json& body, const char* field, int64_t lo, int64
   return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
 }
 
-bool has(const nlohmann::json& body, const char* field) {
+bool has(const nlohmann::ordered_json& body, const char* field) {
   return body.contains(field) && !body.at(field).is_null();
 }
 
 }  // namespace
 
-void apply_request_fields(const nlohmann::json& body, GenerationRequest& r) {
+void apply_request_fields(const nlohmann::ordered_json& body, GenerationRequest& r) {
   LMX_REQUIRE(InvalidArgument, body.is_object(), "the request must be a JSON object, got {}",
               body.type_name());
   constexpr int64_t kMaxTokens = int64_t{1} << 30;
@@ -64,7 +64,7 @@ void apply_request_fields(const nlohmann::json& body, GenerationRequest& r) {
     r.sampling.repetition_penalty = bounded(body, "repetition_penalty", 1e-3, 100);
   if (has(body, "n")) r.n = static_cast<int>(integer(body, "n", 1, kMaxChoices));
   if (has(body, "stop")) {
-    const nlohmann::json& stop = body.at("stop");
+    const nlohmann::ordered_json& stop = body.at("stop");
     r.stop.clear();
     if (stop.is_string()) {
       r.stop.push_back(stop.get<std::string>());
@@ -83,7 +83,7 @@ void apply_request_fields(const nlohmann::json& body, GenerationRequest& r) {
       LMX_REQUIRE(InvalidArgument, !r.stop[i].empty(), "field \"stop\"[{}] is empty", i);
   }
   if (has(body, "logit_bias")) {
-    const nlohmann::json& bias = body.at("logit_bias");
+    const nlohmann::ordered_json& bias = body.at("logit_bias");
     LMX_REQUIRE(InvalidArgument, bias.is_object(),
                 "field \"logit_bias\" must be an object of token ids to numbers");
     r.sampling.logit_bias.clear();
@@ -100,7 +100,7 @@ void apply_request_fields(const nlohmann::json& body, GenerationRequest& r) {
     }
   }
   if (has(body, "logprobs")) {
-    const nlohmann::json& lp = body.at("logprobs");
+    const nlohmann::ordered_json& lp = body.at("logprobs");
     if (lp.is_boolean()) {
       r.top_logprobs = lp.get<bool>() ? 0 : -1;
       if (lp.get<bool>() && has(body, "top_logprobs"))

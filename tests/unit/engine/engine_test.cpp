@@ -93,6 +93,20 @@ class EngineTest : public ::testing::Test {
     if (i % 10 == 7) r.top_logprobs = 2;
     return r;
   }
+  // Submits every request to `engine` at once and runs it until idle; one Outcome list per request.
+  static std::vector<std::vector<Outcome>> run_together(Engine& engine,
+                                                        const std::vector<GenerationRequest>& requests) {
+    std::vector<std::vector<Outcome>> outcomes(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) submit(engine, requests[i], outcomes[i]);
+    engine.run_until_idle();
+    return outcomes;
+  }
+  // Each request's outcome equals its solo run on the test's model.
+  void expect_all_solo(const std::vector<GenerationRequest>& requests,
+                       const std::vector<std::vector<Outcome>>& outcomes, const EngineOptions& options) {
+    for (size_t i = 0; i < requests.size(); ++i)
+      expect_same(outcomes[i], solo(*model_, requests[i], options), "request " + std::to_string(i));
+  }
   static void expect_same(const std::vector<Outcome>& got, const std::vector<Outcome>& want,
                           const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
@@ -122,16 +136,13 @@ TEST_F(EngineTest, ConcurrentRequestsGiveTheirSoloTokens) {
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 64; ++i) requests.push_back(varied_request(i));
   Engine engine(*model_, nullptr, options);
-  std::vector<std::vector<Outcome>> outcomes(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) submit(engine, requests[i], outcomes[i]);
   int max_rows = 0;
   engine.set_step_observer(
       [&](const StepRecord& r) { max_rows = std::max(max_rows, static_cast<int>(r.rows)); });
-  engine.run_until_idle();
+  const auto outcomes = run_together(engine, requests);
   EXPECT_EQ(max_rows, 16);  // the steps were shared
   EXPECT_EQ(engine.stats().requests_finished, 64);
-  for (size_t i = 0; i < requests.size(); ++i)
-    expect_same(outcomes[i], solo(*model_, requests[i], options), "request " + std::to_string(i));
+  expect_all_solo(requests, outcomes, options);
   EXPECT_EQ(model_->kv_cache().pool().used_bytes(), 0u);
 }
 
@@ -147,12 +158,9 @@ TEST_F(EngineTest, PreemptionUnderASmallPoolKeepsEveryTokenExact) {
     requests.push_back(std::move(r));
   }
   Engine engine(*small, nullptr, options);
-  std::vector<std::vector<Outcome>> outcomes(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) submit(engine, requests[i], outcomes[i]);
-  engine.run_until_idle();
+  const auto outcomes = run_together(engine, requests);
   EXPECT_GT(engine.stats().preemptions, 0);
-  for (size_t i = 0; i < requests.size(); ++i)
-    expect_same(outcomes[i], solo(*model_, requests[i], options), "request " + std::to_string(i));
+  expect_all_solo(requests, outcomes, options);
   EXPECT_EQ(small->kv_cache().pool().used_bytes(), 0u);
 }
 

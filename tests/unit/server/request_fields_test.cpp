@@ -9,7 +9,7 @@ namespace lmx {
 namespace {
 
 GenerationRequest apply(const char* json, GenerationRequest r = {}) {
-  apply_request_fields(nlohmann::json::parse(json), r);
+  apply_request_fields(nlohmann::ordered_json::parse(json), r);
   return r;
 }
 
