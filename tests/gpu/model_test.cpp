@@ -80,13 +80,14 @@ TEST_P(CudaParity, LogitsAndGreedyMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ReferenceModels, CudaParity,
-                         ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4", "tiny-26b-moe-q4",
-                                           "tiny-31b-q4", "models/demo"),
+                         ::testing::Values("tiny-e2b", "tiny-26b-moe", "tiny-31b", "tiny-e2b-q4",
+                                           "tiny-26b-moe-q4", "tiny-31b-q4", "models/demo"),
                          test::ParamName());
 
 std::vector<int32_t> prompt_of(int length, int vocab, int salt) {
   std::vector<int32_t> ids;
-  for (int i = 0; i < length; ++i) ids.push_back(static_cast<int32_t>(3 + (i * 7919 + salt * 104729) % (vocab - 3)));
+  for (int i = 0; i < length; ++i)
+    ids.push_back(static_cast<int32_t>(3 + (i * 7919 + salt * 104729) % (vocab - 3)));
   return ids;
 }
 
@@ -137,7 +138,8 @@ TEST_P(CudaTinyModels, BatchInvariance) {
     Tensor together = model->forward(rows);
     for (size_t i = 0; i < prompts.size(); ++i) {
       Tensor row = together.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).contiguous();
-      EXPECT_EQ(test::max_abs_diff(row, solo_logits[i]), 0.0f) << "row " << i << (step ? " (decode)" : " (prefill)");
+      EXPECT_EQ(test::max_abs_diff(row, solo_logits[i]), 0.0f)
+          << "row " << i << (step ? " (decode)" : " (prefill)");
     }
   }
 }
@@ -159,7 +161,8 @@ TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
   auto seq_graph = graphed->new_sequence(), seq_direct = direct->new_sequence();
   StepRow first_graph{seq_graph.get(), std::span<const int32_t>(prompt).first(7)};
   StepRow first_direct{seq_direct.get(), std::span<const int32_t>(prompt).first(7)};
-  Tensor prefill_graph = graphed->forward({&first_graph, 1}), prefill_direct = direct->forward({&first_direct, 1});
+  Tensor prefill_graph = graphed->forward({&first_graph, 1}),
+         prefill_direct = direct->forward({&first_direct, 1});
   ASSERT_EQ(test::max_abs_diff(prefill_graph, prefill_direct), 0.0f) << "7-token prefill";
   float worst = 0;
   for (size_t i = 7; i < prompt.size(); ++i) {
@@ -189,6 +192,52 @@ TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
   const bool inputs_on = tuning.attention.fused_inputs != cuda::Choice::kNever;
   EXPECT_EQ(direct->backend_counters().fused_attention_inputs,
             inputs_on ? direct->description().num_layers * static_cast<int64_t>(prompt.size() - 7) : 0);
+}
+
+// Decode steps of several rows are graphed per row count and KV bucket: their replays give the logits (and
+// argmax ids) of direct launches bit for bit, while rows of different lengths cross the 256 bucket, a row
+// leaves (a new row count) and comes back (the earlier graph again).
+TEST_P(CudaTinyModels, MultiRowDecodeGraphs) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::tiny_model_dir(GetParam());
+  auto graphed = test::load_model(dir, kGpu);
+  ModelOptions direct_options;
+  direct_options.use_graphs = false;
+  auto direct = test::load_model(dir, kGpu, direct_options);
+  const int vocab = graphed->description().vocab_size;
+  const std::vector<int> lengths = {3, 40, 230, 9};
+  std::vector<std::unique_ptr<Sequence>> seq_graph, seq_direct;
+  std::vector<std::vector<int32_t>> streams;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    streams.push_back(prompt_of(lengths[i] + 60, vocab, static_cast<int>(i) + 11));
+    seq_graph.push_back(graphed->new_sequence());
+    seq_direct.push_back(direct->new_sequence());
+    StepRow a{seq_graph.back().get(), std::span<const int32_t>(streams[i]).first(lengths[i])};
+    StepRow b{seq_direct.back().get(), std::span<const int32_t>(streams[i]).first(lengths[i])};
+    graphed->forward({&a, 1});
+    direct->forward({&b, 1});
+  }
+  std::vector<size_t> next(lengths.begin(), lengths.end());
+  for (int step = 0; step < 60; ++step) {
+    // Rows 0-3, except row 1 in steps 20-39.
+    std::vector<StepRow> rows_graph, rows_direct;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      if (i == 1 && step >= 20 && step < 40) continue;
+      const int32_t* token = &streams[i][next[i]++];
+      rows_graph.push_back({seq_graph[i].get(), {token, 1}});
+      rows_direct.push_back({seq_direct[i].get(), {token, 1}});
+    }
+    if (step % 2 == 0) {
+      Tensor from_graph = graphed->forward(rows_graph), from_direct = direct->forward(rows_direct);
+      ASSERT_EQ(test::max_abs_diff(from_graph, from_direct), 0.0f) << "step " << step;
+    } else {
+      EXPECT_EQ(graphed->forward_argmax(rows_graph), direct->forward_argmax(rows_direct)) << "step " << step;
+    }
+  }
+  // Row counts 4 and 3, the longest row in buckets 256 and 512.
+  EXPECT_GE(graphed->graph_captures(), 3);
+  EXPECT_GE(graphed->graph_replays(), 50);
+  EXPECT_EQ(direct->graph_replays(), 0);
 }
 
 TEST_P(CudaTinyModels, RejectsBadInput) {

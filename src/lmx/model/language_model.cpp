@@ -11,8 +11,11 @@
 namespace lmx {
 
 namespace {
-// Smallest KV-length bucket a single-token step's graph is recorded for; buckets double from there.
+// Smallest KV-length bucket a decode step's graph is recorded for; buckets double from there.
 constexpr int64_t kMinGraphBucket = 256;
+// The most graphs kept at once; recording one more drops them all first (a step of a new row count or KV
+// bucket records again).
+constexpr size_t kMaxGraphs = 96;
 
 int64_t next_pow2(int64_t v) {
   int64_t p = 1;
@@ -101,7 +104,9 @@ LanguageModel::Plan LanguageModel::plan(std::span<const StepRow> rows, bool all_
     p.tokens_total += n;
     p.max_kv_len = std::max(p.max_kv_len, seq.length() + n);
   }
-  p.graphed = use_graphs_ && backend_->supports_graphs() && p.tokens_total == 1 && !all_positions;
+  // Decode steps (one token per row) are graphed, one graph per row count and KV-length bucket.
+  p.graphed = use_graphs_ && backend_->supports_graphs() && !all_positions &&
+              p.tokens_total == static_cast<int64_t>(rows.size());
   if (p.graphed) p.max_kv_len = std::max(kMinGraphBucket, next_pow2(p.max_kv_len));
   return p;
 }
@@ -215,17 +220,18 @@ StepOutputs LanguageModel::run(const Plan& p) {
     graphs_generation_ = backend_->memory_generation();
   }
   StepOutputs out;
-  const auto found = p.graphed ? graphs_.find(p.max_kv_len) : graphs_.end();
+  const GraphKey key{static_cast<int64_t>(p.kv_rows.size()), p.max_kv_len};
+  const auto found = p.graphed ? graphs_.find(key) : graphs_.end();
   if (found != graphs_.end()) {
     backend_->replay(found->second.graph);
     ++graph_replays_;
     out = found->second.outputs;  // where the recorded step leaves them
   } else {
-    // Direct launches; a single-token step of a new bucket is then recorded for later replays (the direct
-    // run first sizes every buffer, so the capture allocates nothing).
+    // Direct launches; a decode step of a new row count or bucket is then recorded for later replays (the
+    // direct run first sizes every buffer, so the capture allocates nothing).
     out = forward_->enqueue(view);
     if (p.graphed) {
-      if (backend_->memory_generation() != graphs_generation_) {
+      if (backend_->memory_generation() != graphs_generation_ || graphs_.size() >= kMaxGraphs) {
         backend_->drop_graphs();
         graphs_.clear();
         graphs_generation_ = backend_->memory_generation();
@@ -237,7 +243,7 @@ StepOutputs LanguageModel::run(const Plan& p) {
         backend_->abort_capture();
         throw;
       }
-      graphs_[p.max_kv_len] = {backend_->end_capture(), out};
+      graphs_[key] = {backend_->end_capture(), out};
       ++graph_captures_;
     }
   }

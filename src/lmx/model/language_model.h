@@ -1,6 +1,6 @@
 // LanguageModel: one model family's forward on one backend with its paged KV cache, and the
 // model-independent step executor — row validation, KV block reservation, input staging, graph capture
-// and replay of single-token steps, outputs back to the host. The engine and the CLI drive it.
+// and replay of decode steps, outputs back to the host. The engine and the CLI drive it.
 #pragma once
 
 #include "lmx/core/tensor.h"
@@ -10,6 +10,7 @@
 #include "lmx/model/model_description.h"
 #include "lmx/ops/backend.h"
 
+#include <compare>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,8 +33,8 @@ struct ModelOptions {
   std::optional<KvCodec> kv_codec;
   int kv_block_tokens = 0;     // 0: kDefaultKvBlockTokens
   size_t kv_budget_bytes = 0;  // 0: KvCacheOptions' default share of the backend's free memory
-  // Record single-token steps as graphs and replay them (backends that support it), one per
-  // power-of-two bucket of KV length.
+  // Record decode steps (one token per row) as graphs and replay them (backends that support it), one per
+  // row count and power-of-two bucket of the rows' longest KV length.
   bool use_graphs = true;
 };
 
@@ -100,7 +101,11 @@ class LanguageModel {
     int graph = -1;       // the backend's id
     StepOutputs outputs;  // where its replays leave the logits and ids
   };
-  std::map<int64_t, Graph> graphs_;  // KV-length bucket → its recorded single-token step
+  struct GraphKey {
+    int64_t rows = 0, kv_bucket = 0;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  std::map<GraphKey, Graph> graphs_;  // (rows, KV-length bucket) → its recorded decode step
   int graphs_generation_ = 0;
   int graph_replays_ = 0, graph_captures_ = 0;
 };
