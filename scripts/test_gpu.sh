@@ -7,7 +7,8 @@
 # per row tile q4_gemv.split, then lanes per row of the scale-window copy q4_gemv.window_lanes), and the models
 # with the per-layer-input block unfused and on clusters of 8 (per_layer_input.fused false,
 # per_layer_input.cluster_blocks 8), and with the attention inputs of single-token steps in their own kernel
-# (attention.fused_inputs "never"); then the projections, MoE and models with the mma.sync prefill kernel
+# (attention.fused_inputs "never"), and with projections of up to 32 rows on the decode kernel (linear.decode_max_rows
+# 32); then the projections, MoE and models with the mma.sync prefill kernel
 # instead of the wgmma one (prefill.wgmma false; sm_90 picks wgmma for 4-bit weights), and with the prefill grid
 # order and the small-chunk kernel of the grouped prefill forced; then the MoE tests with the experts' gate/up
 # x prepared per pair row and with the pair sort on a cluster of 8 blocks, with 8 expert segments and with the
@@ -75,6 +76,9 @@ run_pass '{"per_layer_input": {"cluster_blocks": 8}}' 'CudaPerLayerInput.*:*Cuda
 # decode attention (the default takes them inside it where its rule says so, which in the tiny models is every
 # layer). Same bits.
 run_pass '{"attention": {"fused_inputs": "never"}}' '*CudaTinyModels.*'
+# Projections of up to 32 x rows on the decode kernel (its 32-row x tiles: the default sends more than 8 rows to
+# the prefill tiles; same bits).
+run_pass '{"linear": {"decode_max_rows": 32}}' 'CudaLinear.*:*CudaTinyModels.*'
 # The scale-window copy of the batch-1 4-bit kernel with one lane per row and with whole rows per
 # instruction (q4_window_shift; the default mixes the two by block height).
 for lanes in 1 32; do

@@ -84,6 +84,18 @@ INSTANTIATE_TEST_SUITE_P(ReferenceModels, CudaParity,
                                            "tiny-26b-moe-q4", "tiny-31b-q4", "models/demo"),
                          test::ParamName());
 
+// The tiny model `name` twice on the GPU: recording and replaying graphs (the default), and direct launches
+// only.
+struct GraphedAndDirect {
+  std::unique_ptr<LanguageModel> graphed, direct;
+};
+GraphedAndDirect load_graphed_and_direct(const std::string& name) {
+  const std::string dir = test::tiny_model_dir(name);
+  ModelOptions direct_options;
+  direct_options.use_graphs = false;
+  return {test::load_model(dir, kGpu), test::load_model(dir, kGpu, direct_options)};
+}
+
 std::vector<int32_t> prompt_of(int length, int vocab, int salt) {
   std::vector<int32_t> ids;
   for (int i = 0; i < length; ++i)
@@ -150,11 +162,7 @@ TEST_P(CudaTinyModels, BatchInvariance) {
 // layers' first KV blocks.
 TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
   SKIP_WITHOUT_GPU();
-  const std::string dir = test::tiny_model_dir(GetParam());
-  auto graphed = test::load_model(dir, kGpu);
-  ModelOptions direct_options;
-  direct_options.use_graphs = false;
-  auto direct = test::load_model(dir, kGpu, direct_options);
+  auto [graphed, direct] = load_graphed_and_direct(GetParam());
   const auto prompt = prompt_of(300, graphed->description().vocab_size, 4);  // crosses the 256 graph bucket
   Tensor one_shot = run_prompt(*direct, prompt);
 
@@ -199,11 +207,7 @@ TEST_P(CudaTinyModels, IncrementalDecodeAndGraphs) {
 // leaves (a new row count) and comes back (the earlier graph again).
 TEST_P(CudaTinyModels, MultiRowDecodeGraphs) {
   SKIP_WITHOUT_GPU();
-  const std::string dir = test::tiny_model_dir(GetParam());
-  auto graphed = test::load_model(dir, kGpu);
-  ModelOptions direct_options;
-  direct_options.use_graphs = false;
-  auto direct = test::load_model(dir, kGpu, direct_options);
+  auto [graphed, direct] = load_graphed_and_direct(GetParam());
   const int vocab = graphed->description().vocab_size;
   const std::vector<int> lengths = {3, 40, 230, 9};
   std::vector<std::unique_ptr<Sequence>> seq_graph, seq_direct;

@@ -74,9 +74,9 @@ void quantized_linear(const float* x, int64_t x_stride, int64_t m, const DeviceQ
 
 // out = (gelu_tanh(gate) * up) · Wᵀ, the GeGLU before a down projection: one kernel at batch 1 with
 // 4-bit weights (the product is formed while the GEMV stages its input); on the prefill path (M above
-// kDecodeMaxRows) the product is formed while x is converted to the GEMM's bf16 tiles; else gelu_tanh_mul
-// into gate and quantized_linear. Bit-identical to those two ops every way; gate's contents afterwards are
-// unspecified.
+// linear::decode_max_rows()) the product is formed while x is converted to the GEMM's bf16 tiles; else
+// gelu_tanh_mul into gate and quantized_linear. Bit-identical to those two ops every way; gate's contents
+// afterwards are unspecified.
 void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t m,
                            const DeviceQuantized& w, float* out, int64_t out_stride, CudaContext& ctx);
 

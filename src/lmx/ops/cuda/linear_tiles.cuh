@@ -40,9 +40,11 @@ namespace lmx::cuda::linear {
 constexpr int kChunk = 128;        // K columns per chunk (8 mma steps)
 constexpr int kMaxSegments = 16;   // decode block = 32 * segments threads
 static_assert(kMaxSegments == kTuningMaxSegments, "the tuning table checks segments against kMaxSegments");
-// x rows up to which linear::run uses the decode kernel (measured on the H200: from 33 rows the 128 x 128
-// prefill tile is faster for every format on N >= 4096; both kernels give the same bits).
+// The most x rows the decode kernel is planned for (its launch takes any m, in x tiles of 8 or 32 rows);
+// linear::run sends up to the tuning table's linear.decode_max_rows there and more to the prefill tiles (both
+// kernels give the same bits).
 constexpr int kDecodeMaxRows = 32;
+static_assert(kDecodeMaxRows == kTuningMaxDecodeRows, "the tuning table checks decode_max_rows against it");
 constexpr int kTileN = 128;        // prefill tile: weight rows
 constexpr int kTileM = 128;        // prefill tile: x rows
 
@@ -1165,7 +1167,9 @@ Problem quantized_problem(const float* x, int64_t x_stride, int64_t m, const Dev
 // Fills in the derived fields (chunks, segments, x_vec4; quantized_linear.cu) by the tuning table's
 // segment rules. Needs p.n, p.k, p.m > 0.
 void complete(Problem& p, const CudaTuning& table = tuning());
-// complete(), then the decode or the prefill path.
+// The most x rows run() sends to the decode kernel: the tuning table's linear.decode_max_rows.
+int64_t decode_max_rows();
+// complete(), then the decode path (up to decode_max_rows() rows) or the prefill path.
 void run(Problem p, CudaContext& ctx);
 // The prefill path of a completed problem: x prepared into the context's scratch (`rows`: launch_prefill's),
 // then the prefill kernel.

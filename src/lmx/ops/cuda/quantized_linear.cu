@@ -29,6 +29,10 @@ int q4_segments(int64_t n, int64_t k, int chunks, bool gate_up_pair, const CudaT
 }
 }  // namespace
 
+int64_t decode_max_rows() {
+  return tuning().linear.decode_max_rows;
+}
+
 void complete(Problem& p, const CudaTuning& table) {
   LMX_REQUIRE(InvalidArgument, p.n <= int64_t{65535} * 16, "linear: {} output features exceed the grid limit",
               p.n);
@@ -40,7 +44,7 @@ void complete(Problem& p, const CudaTuning& table) {
 
 void run(Problem p, CudaContext& ctx) {
   complete(p);
-  if (p.m > kDecodeMaxRows)
+  if (p.m > decode_max_rows())
     run_prefill(p, ctx);
   else
     launch_decode(p, ctx.stream());
@@ -122,7 +126,7 @@ void quantized_linear_gelu(float* gate, int64_t gate_stride, const float* up, in
     linear::launch_decode(p, ctx.stream(), up);
     return;
   }
-  if (p.m > linear::kDecodeMaxRows) {  // the prefill path: its x preparation forms the product
+  if (p.m > linear::decode_max_rows()) {  // the prefill path: its x preparation forms the product
     linear::XRows rows;
     rows.up = up;
     rows.up_stride = up_stride;

@@ -39,6 +39,7 @@ void schema(Visitor& v, CudaTuning& t) {
   v.group("linear", [&] {
     CudaTuning::Linear& l = t.linear;
     v.field("small_scales", l.small_scales);
+    v.field("decode_max_rows", l.decode_max_rows, 1, kTuningMaxDecodeRows);
     v.field("q4_target_warps", l.q4_target_warps, 1, 1 << 20);
     v.field("q4_one_segment_tiles", l.q4_one_segment_tiles, 0, 1 << 20);
     v.list("q4_segments", l.q4_segments, [&](ShapeSegments& e) {

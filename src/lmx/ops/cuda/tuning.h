@@ -42,6 +42,8 @@ struct ShapePlan {
 // The most K segments a projection's decode block holds (linear::kMaxSegments) and an expert projection's
 // (moe::kMaxExpertSegments); the kernels' headers check they agree.
 constexpr int kTuningMaxSegments = 16;
+// The most x rows linear.decode_max_rows may send to the decode kernel (linear::kDecodeMaxRows).
+constexpr int kTuningMaxDecodeRows = 32;
 constexpr int kTuningMaxExpertSegments = 8;
 
 struct CudaTuning {
@@ -56,6 +58,12 @@ struct CudaTuning {
     // Run 4-bit weights whose scales are all small (DeviceQuantized::small_scales) on the shorter
     // dequantization (same bits); false ignores the flag.
     bool small_scales = true;
+    // x rows up to which a projection runs the decode kernel (from one more row: the prefill tiles; both give
+    // the same bits). Batch 1 always runs the decode kernels. Measured on the H200 (E4B 4-bit, engine decode
+    // of N rows): the decode kernel wins at 2-8 rows (527 against 244 tok/s at 2, 1290 against 906 at 8), the
+    // 32-row prefill tile from 16 (1712 against 1587 at 16, 3037 against 1768 at 32); the decode kernel reads
+    // its f32 x rows once per 16 weight rows, so its time grows with the rows.
+    int64_t decode_max_rows = 8;
     // Warps (16 rows x one segment each) a 4-bit weight's segments aim for at batch 1.
     int64_t q4_target_warps = 4096;
     // 4-bit weights of at least this many 16-row tiles get one segment (0: no such rule).
