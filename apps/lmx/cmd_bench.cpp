@@ -106,9 +106,7 @@ int run_concurrent(const BenchOptions& o, LanguageModel& model, double load_s) {
     return timelines;
   };
   // Warm-up: the same round with at most 4 generated tokens, so that the timed round's prefill and decode
-  // shapes (and their kernels, scratch sizes and graphs) have each run once. (A round of short prompts left
-  // 512-token prefills paying the prefill kernels' first launch: 36 against 19 ms to the first token on an
-  // H200.)
+  // shapes (their kernels' first launches, scratch sizes and graphs) have each run once.
   if (!o.no_warmup) round(o.prompt_tokens, std::min(o.gen_tokens, 4));
   const std::vector<Timeline> timelines = round(o.prompt_tokens, o.gen_tokens);
 

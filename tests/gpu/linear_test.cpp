@@ -434,8 +434,9 @@ TEST_F(CudaLinear, QuantizedEmbeddingMatchesCpuExactly) {
 
 // quantized_linear_gelu gives the bits of gelu_tanh_mul then quantized_linear: one kernel at batch 1 with
 // 4-bit weights (q4_gemv_kernel forms the product while staging x), the x preparation of the prefill GEMM
-// above linear::decode_max_rows() rows (the tuning table's linear.decode_max_rows), the two ops otherwise. Up is either the second half of each gate row (the
-// stacked gate_up projection's output) or a buffer of its own with another row stride (the PLE's input).
+// above linear::decode_max_rows() rows (the tuning table's linear.decode_max_rows), the two ops otherwise.
+// Up is either the second half of each gate row (the stacked gate_up projection's output) or a buffer of its
+// own with another row stride (the PLE's input).
 TEST_F(CudaLinear, QuantizedLinearGeluMatchesItsTwoOps) {
   struct Case {
     int bits;
