@@ -74,11 +74,13 @@ void add_sampling_options(CLI::App* command, SamplingFlags& flags, const std::st
 SamplingParams sampling_params(const SamplingFlags& flags, SamplingParams defaults,
                                const std::string& source);
 
-// How the engine shapes its steps (--step-tokens, --prefill-chunk, --max-rows); defaults: SchedulerOptions'.
+// How the engine shapes its steps (--step-tokens, --prefill-chunk, --max-rows; defaults: SchedulerOptions')
+// and where it samples (--host-sampling).
 struct EngineFlags {
   int64_t step_tokens = SchedulerOptions{}.step_tokens;
   int64_t prefill_chunk_tokens = SchedulerOptions{}.prefill_chunk_tokens;
   int max_rows = SchedulerOptions{}.max_rows;
+  bool host_sampling = false;
 };
 void add_engine_options(CLI::App* command, EngineFlags& flags);
 EngineOptions engine_options(const EngineFlags& flags);

@@ -46,6 +46,9 @@ void add_engine_options(CLI::App* cmd, EngineFlags& flags) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-rows", flags.max_rows, "Sequences running at once (rows per step)")
       ->check(CLI::Range(1, 1 << 16));
+  cmd->add_flag("--host-sampling", flags.host_sampling,
+                "Sample on the host from the full logits even where the backend samples (CUDA): for A/B "
+                "measurements and debugging");
 }
 
 EngineOptions engine_options(const EngineFlags& flags) {
@@ -53,6 +56,7 @@ EngineOptions engine_options(const EngineFlags& flags) {
   o.scheduler.step_tokens = flags.step_tokens;
   o.scheduler.prefill_chunk_tokens = flags.prefill_chunk_tokens;
   o.scheduler.max_rows = flags.max_rows;
+  o.backend_sampling = !flags.host_sampling;
   return o;
 }
 

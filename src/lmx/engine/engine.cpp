@@ -225,10 +225,30 @@ void Engine::finish_request(Request& r, FinishReason reason, const std::string& 
 }
 
 void Engine::pick(Pick& p) const {
+  if (!p.error.empty()) return;
   Choice& c = *p.choice;
   const GenerationRequest& spec = c.request->spec;
+  const RowOutput& out = p.out;
   try {
-    p.token = p.row.argmax ? *p.row.argmax : c.sampler.sample(p.row.logits, c.tokens);
+    if (out.sampled && out.sampled->status != SampledStatus::kNeedsHost) {
+      const SampledRow& s = *out.sampled;
+      LMX_REQUIRE(InvalidArgument, s.status == SampledStatus::kSampled,
+                  "sampling: no token has a finite logit");
+      p.token = s.token;
+      if (spec.top_logprobs >= 0) {
+        TokenLogprob lp{s.token, s.logprob, {}};
+        for (int i = 0; i < std::min(s.top_count, spec.top_logprobs); ++i)
+          lp.top.emplace_back(s.top_ids[i], s.top_logprobs[i]);
+        p.logprob = std::move(lp);
+      }
+      return;
+    }
+    if (out.argmax)
+      p.token = *out.argmax;
+    else if (out.sampled)
+      p.token = c.sampler.sample_processed(out.processed, out.uniform);
+    else
+      p.token = c.sampler.sample(out.logits, c.tokens);
     if (spec.top_logprobs >= 0)
       p.logprob = token_logprob(c.sampler.last_logprobs(), p.token, spec.top_logprobs);
   } catch (const std::exception& e) {
@@ -285,15 +305,52 @@ void Engine::sample_rows(std::vector<Pick>& picks) {
   }
 }
 
-void Engine::fork_choices(Choice& first, const RowOutput& row, std::vector<Pick>& picks) {
-  Request& r = *first.request;
-  r.forked = true;
-  for (size_t i = 1; i < r.choices.size(); ++i) {
-    Choice& c = *r.choices[i];
-    if (c.finished) continue;
-    c.kv = model_.kv_cache().fork(*first.kv, c.prompt_tokens);
-    picks.push_back({&c, row, /*forked=*/true});
+std::vector<Engine::Pick> Engine::plan_picks(const StepPlan& plan) {
+  std::vector<Pick> picks;
+  auto add = [&](Choice* c, size_t row, bool forked) {
+    picks.emplace_back();
+    picks.back().choice = c;
+    picks.back().row = row;
+    picks.back().forked = forked;
+  };
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    const ScheduledRow& row = plan.rows[i];
+    auto& c = static_cast<Choice&>(*row.sequence);
+    if (!row.samples || c.finished) continue;
+    Request& r = *c.request;
+    if (c.index == 0 && !r.forked && r.spec.n > 1) {
+      r.forked = true;
+      for (size_t k = 1; k < r.choices.size(); ++k)
+        if (!r.choices[k]->finished) add(r.choices[k].get(), i, true);
+    }
+    add(&c, i, false);
   }
+  return picks;
+}
+
+std::vector<SamplingEntry> Engine::sampling_entries(std::vector<Pick>& picks) {
+  std::vector<SamplingEntry> entries(picks.size());
+  const auto vocab = static_cast<size_t>(model_.description().vocab_size);
+  for (size_t k = 0; k < picks.size(); ++k) {
+    Pick& p = picks[k];
+    Choice& c = *p.choice;
+    const SamplingParams& s = c.sampler.params();
+    SamplingEntry& e = entries[k];
+    e.row = static_cast<int64_t>(p.row);
+    e.params.top_logprobs = std::max(c.request->spec.top_logprobs, 0);
+    try {
+      e.edits = sampling::logit_edits(s, c.tokens, vocab);
+    } catch (const std::exception& error) {
+      p.error = error.what();
+      continue;
+    }
+    e.params.temperature = s.temperature;
+    e.params.top_p = s.top_p;
+    e.params.min_p = s.min_p;
+    e.params.top_k = s.top_k;
+    if (s.temperature > 0.0f) p.out.uniform = e.params.uniform = c.sampler.next_uniform();
+  }
+  return entries;
 }
 
 void Engine::fail_stuck_request() {
@@ -337,20 +394,32 @@ bool Engine::step() {
       rows.push_back({row.sequence->kv.get(),
                       std::span<const int32_t>(row.sequence->tokens)
                           .subspan(static_cast<size_t>(row.begin), static_cast<size_t>(row.count))});
-    // When every row that samples is plain greedy without logprobs, only the argmax ids leave the backend.
+    std::vector<Pick> picks = plan_picks(plan);
+    // When every pick is plain greedy without logprobs, only the argmax ids leave the backend; else a
+    // backend that samples returns only the sampled tokens (and requested logprobs); else the logits come.
     bool argmax_only = true;
-    for (const ScheduledRow& row : plan.rows) {
-      const GenerationRequest& spec = static_cast<Choice&>(*row.sequence).request->spec;
-      if (row.samples && (!is_plain_greedy(spec.sampling) || spec.top_logprobs >= 0)) argmax_only = false;
+    for (const Pick& p : picks) {
+      const GenerationRequest& spec = p.choice->request->spec;
+      if (!is_plain_greedy(spec.sampling) || spec.top_logprobs >= 0) argmax_only = false;
     }
+    const bool on_backend = !argmax_only && options_.backend_sampling && model_.samples_on_backend();
+    std::vector<SamplingEntry> entries;
+    if (on_backend) entries = sampling_entries(picks);
     Tensor logits;
     std::vector<int32_t> argmax;
+    std::vector<SampledRow> sampled;
     bool ran = true;
     try {
-      if (argmax_only)
+      if (argmax_only) {
         argmax = model_.forward_argmax(rows);
-      else
+      } else if (on_backend) {
+        sampled = model_.forward_sampled(rows, entries);
+        for (size_t k = 0; k < picks.size(); ++k)
+          if (sampled[k].status == SampledStatus::kNeedsHost)
+            picks[k].out.processed = model_.sampled_logits(static_cast<int64_t>(k));
+      } else {
         logits = model_.forward(rows);
+      }
     } catch (const std::exception& e) {
       // The rows' KV may hold part of the step: their requests end.
       ran = false;
@@ -360,8 +429,6 @@ bool Engine::step() {
       }
     }
     ++stats_.steps;
-    const auto vocab = logits.defined() ? static_cast<size_t>(logits.dim(1)) : 0;
-    std::vector<Pick> picks;
     for (size_t i = 0; i < plan.rows.size() && ran; ++i) {
       const ScheduledRow& row = plan.rows[i];
       auto& c = static_cast<Choice&>(*row.sequence);
@@ -372,14 +439,22 @@ bool Engine::step() {
       } else {
         ++record.decode_rows;
       }
-      if (!row.samples || c.finished) continue;
-      RowOutput out;
+    }
+    if (!ran) picks.clear();
+    const auto vocab = logits.defined() ? static_cast<size_t>(logits.dim(1)) : 0;
+    for (size_t k = 0; k < picks.size(); ++k) {
+      Pick& p = picks[k];
+      if (p.forked) {
+        // Choices 1.. start from choice 0's prompt KV, which this step completed.
+        Choice& first = *p.choice->request->choices.front();
+        p.choice->kv = model_.kv_cache().fork(*first.kv, p.choice->prompt_tokens);
+      }
       if (argmax_only)
-        out.argmax = argmax[i];
+        p.out.argmax = argmax[p.row];
+      else if (on_backend)
+        p.out.sampled = &sampled[k];
       else
-        out.logits = std::span<const float>(logits.data<float>() + i * vocab, vocab);
-      if (c.index == 0 && !c.request->forked && c.request->spec.n > 1) fork_choices(c, out, picks);
-      picks.push_back({&c, out, /*forked=*/false});
+        p.out.logits = std::span<const float>(logits.data<float>() + p.row * vocab, vocab);
     }
     record.sampled = static_cast<int64_t>(picks.size());
     sample_rows(picks);

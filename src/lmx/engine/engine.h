@@ -29,6 +29,9 @@ namespace lmx {
 
 struct EngineOptions {
   SchedulerOptions scheduler;
+  // Sample on the backend where it can (only sampled ids and requested logprobs leave it); false: the
+  // full logits come to the host and the host Sampler picks (the same tokens; for A/Bs and debugging).
+  bool backend_sampling = true;
 };
 
 // What one step did, for observers (lmx bench --concurrency).
@@ -93,27 +96,39 @@ class Engine {
     EventCallback on_event;
   };
 
-  // What a step left for one row: its last logits on the host, or only its argmax (plain greedy steps).
+  // What a step left for one pick: its row's last logits on the host, only its argmax (plain greedy
+  // steps), or what the backend sampled for it — with the backend's processed logits when the backend
+  // left the draw to the host (SampledStatus::kNeedsHost).
   struct RowOutput {
     std::span<const float> logits;
     std::optional<int32_t> argmax;
+    const SampledRow* sampled = nullptr;
+    std::vector<float> processed;
+    double uniform = 0.0;  // the choice's draw for this token (backend sampling)
   };
 
   void validate(const GenerationRequest& request) const;
   void admit(Incoming incoming);
   void apply_cancellations();
-  // One choice's next token of a step: which choice, from which row output (a forked choice joins the
-  // scheduler once its first token is in), and what picking found.
+  // One choice's next token of a step: which choice, from which step row (a forked choice joins the
+  // scheduler once its first token is in), its row output, and what picking found.
   struct Pick {
     Choice* choice = nullptr;
-    RowOutput row;
+    size_t row = 0;
     bool forked = false;
+    RowOutput out;
     int32_t token = -1;
     std::optional<TokenLogprob> logprob;
     std::string error;
   };
-  // Samples p's token (and logprobs) with its choice's sampler; touches only that choice. Errors go to
-  // p.error.
+  // The picks of a step, in the order their events go out: per sampling row, the other choices of a
+  // request forking there (n > 1; marks it forked), then the row's own choice.
+  std::vector<Pick> plan_picks(const StepPlan& plan);
+  // Backend sampling's entries, one per pick (drawing each sampling choice's uniform); a pick whose
+  // edits cannot be made gets its error and a greedy entry.
+  std::vector<SamplingEntry> sampling_entries(std::vector<Pick>& picks);
+  // Samples p's token (and logprobs) with its choice's sampler, or takes what the backend sampled;
+  // touches only that choice. Errors go to p.error.
   void pick(Pick& p) const;
   // Appends p's token to its choice and runs the output stage into `event`; returns how the choice ends
   // when it does.
@@ -121,8 +136,6 @@ class Engine {
   // pick() for every entry in parallel, then apply() and the events in order (finishing choices that
   // ended, failing the request of an error).
   void sample_rows(std::vector<Pick>& picks);
-  // Forks choices 1.. of first's request from choice 0's prompt KV; their picks join `picks`.
-  void fork_choices(Choice& first, const RowOutput& row, std::vector<Pick>& picks);
   // Ends choice `c` with `event` (which may carry its last tokens): releases or keeps its KV, emits.
   void finish(Choice& c, RequestEvent& event, FinishReason reason, const std::string& error = {});
   void finish_request(Request& r, FinishReason reason, const std::string& error);

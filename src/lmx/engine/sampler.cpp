@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <unordered_map>
 #include <utility>
 
 namespace lmx {
@@ -155,6 +156,53 @@ void apply_logit_processors(const SamplingParams& params, std::span<float> logit
   }
 }
 
+std::vector<LogitEdit> logit_edits(const SamplingParams& params, std::span<const int32_t> history,
+                                   size_t vocab) {
+  std::vector<LogitEdit> edits;
+  std::unordered_map<int32_t, size_t> at;
+  auto edit = [&](int32_t id) -> LogitEdit& {
+    const auto [it, added] = at.try_emplace(id, edits.size());
+    if (added) edits.push_back({.id = id});
+    return edits[it->second];
+  };
+  for (const auto& [id, bias] : params.logit_bias) {
+    LMX_REQUIRE(InvalidArgument, id >= 0 && static_cast<size_t>(id) < vocab,
+                "sampling: logit_bias token id {} is outside the vocabulary [0, {})", id, vocab);
+    edit(id).bias = bias;
+  }
+  if (params.repetition_penalty != 1.0f) {
+    auto tokens = recent(history, params.repetition_context_size);
+    check_ids(tokens, vocab, "history");
+    for (int32_t id : tokens) edit(id).repetition = params.repetition_penalty;
+  }
+  if (params.presence_penalty != 0.0f) {
+    auto tokens = recent(history, params.presence_context_size);
+    check_ids(tokens, vocab, "history");
+    for (int32_t id : tokens) edit(id).presence = params.presence_penalty;
+  }
+  if (params.frequency_penalty != 0.0f) {
+    auto tokens = recent(history, params.frequency_context_size);
+    check_ids(tokens, vocab, "history");
+    for (int32_t id : tokens) {
+      LogitEdit& e = edit(id);
+      e.frequency = params.frequency_penalty;
+      ++e.frequency_count;
+    }
+  }
+  return edits;
+}
+
+void apply_logit_edits(std::span<const LogitEdit> edits, std::span<float> logits) {
+  for (const LogitEdit& e : edits) {
+    float v = logits[static_cast<size_t>(e.id)];
+    if (e.bias != 0.0f) v += e.bias;
+    if (e.repetition != 1.0f) v = v < 0 ? v * e.repetition : v / e.repetition;
+    if (e.presence != 0.0f) v -= e.presence;
+    for (int32_t i = 0; i < e.frequency_count; ++i) v -= e.frequency;
+    logits[static_cast<size_t>(e.id)] = v;
+  }
+}
+
 void log_softmax(std::span<const float> logits, std::span<float> logprobs) {
   double max_value = -std::numeric_limits<double>::infinity();
   for (float v : logits)
@@ -236,10 +284,24 @@ Sampler::Sampler(SamplingParams params) : params_(std::move(params)) {
   rng_.seed(params_.seed ? *params_.seed : std::random_device{}());
 }
 
+double Sampler::next_uniform() {
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   LMX_REQUIRE(InvalidArgument, !logits.empty(), "sampling: empty logits");
   processed_.assign(logits.begin(), logits.end());
   sampling::apply_logit_processors(params_, processed_, history);
+  return pick(params_.temperature > 0.0f ? next_uniform() : 0.0);
+}
+
+int32_t Sampler::sample_processed(std::span<const float> processed, double uniform) {
+  LMX_REQUIRE(InvalidArgument, !processed.empty(), "sampling: empty logits");
+  processed_.assign(processed.begin(), processed.end());
+  return pick(uniform);
+}
+
+int32_t Sampler::pick(double uniform) {
   logprobs_ready_ = false;
   // Greedy: the first maximum of the processed logits (as a backend's argmax picks it; two logits that
   // differ may round to one log-probability). Its log-probabilities are computed only when asked for.
@@ -258,7 +320,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   sampling::apply_top_k(filtered_, params_.top_k);
 
   // Categorical draw from softmax(filtered / T): inverse CDF in id order, in double. The uniform
-  // comes from the top 53 bits of one mt19937_64 output, so a seed gives the same draw everywhere.
+  // comes from the top 53 bits of one mt19937_64 output (next_uniform), so a seed gives the same draw
+  // everywhere.
   const double inv_t = 1.0 / static_cast<double>(params_.temperature);
   const double top = static_cast<double>(filtered_[best]) * inv_t;
   // The survivors' weights, in id order, computed once for the total and the walk.
@@ -270,8 +333,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       weights_.emplace_back(static_cast<int32_t>(i), w);
       total += w;
     }
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-  const double target = u * total;
+  const double target = uniform * total;
   double cumulative = 0;
   int32_t last = best;
   for (const auto& [id, w] : weights_) {

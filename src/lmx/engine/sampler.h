@@ -4,6 +4,7 @@
 #pragma once
 
 #include "lmx/io/model_dir.h"
+#include "lmx/ops/sampling_rows.h"
 
 #include <cstdint>
 #include <map>
@@ -58,6 +59,13 @@ namespace sampling {
 // for a bias or history id outside [0, logits.size()).
 void apply_logit_processors(const SamplingParams& params, std::span<float> logits,
                             std::span<const int32_t> history);
+// The same processing as sparse edits (sampling_rows.h), one per distinct id that the bias or a penalty
+// window names, for a backend that applies them itself. Same errors as apply_logit_processors for a
+// `vocab` of that size.
+std::vector<LogitEdit> logit_edits(const SamplingParams& params, std::span<const int32_t> history,
+                                   size_t vocab);
+// Applies edits in place as a backend does: apply_logit_processors' values (a zero bias adds nothing).
+void apply_logit_edits(std::span<const LogitEdit> edits, std::span<float> logits);
 // logprobs = logits − logsumexp(logits) (computed in double), written to `logprobs` (same size).
 // NaN logits count as -inf.
 void log_softmax(std::span<const float> logits, std::span<float> logprobs);
@@ -89,6 +97,12 @@ class Sampler {
   // vocabulary, or when no token is left with a finite logit.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history = {});
 
+  // The steps of sample() for an engine whose backend processes the logits: the next uniform draw in
+  // [0, 1) (sample() takes one per token when temperature > 0, none when greedy), and the token from
+  // already processed logits and that draw (what sample() does after the processors). Same errors.
+  double next_uniform();
+  int32_t sample_processed(std::span<const float> processed, double uniform);
+
   // Log-probabilities of the last sample() call: processed (bias, penalties) but not filtered nor
   // tempered — what a request for logprobs reports.
   std::span<const float> last_logprobs() const;
@@ -96,6 +110,8 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
+  int32_t pick(double uniform);  // the token from processed_
+
   std::vector<float> processed_;         // logits after the processors
   mutable std::vector<float> logprobs_;  // log_softmax(processed_), computed when first needed after a sample
   mutable bool logprobs_ready_ = false;

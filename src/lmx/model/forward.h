@@ -14,10 +14,14 @@
 
 namespace lmx {
 
-// Backend::workspace / stage slots: the executor stages a step's inputs in slot kStepInputsSlot; a family
-// numbers its own buffers from kFirstFamilySlot.
+// Backend::workspace / stage slots: the executor stages a step's inputs in slot kStepInputsSlot and keeps
+// backend sampling's inputs, processed rows and results in the next three; a family numbers its own
+// buffers from kFirstFamilySlot.
 constexpr int kStepInputsSlot = 0;
-constexpr int kFirstFamilySlot = 1;
+constexpr int kSamplingInputsSlot = 1;
+constexpr int kSamplingProcessedSlot = 2;
+constexpr int kSampledSlot = 3;
+constexpr int kFirstFamilySlot = 4;
 
 // One engine step as a family forward sees it. Every tensor lives on the backend; the step's inputs sit
 // at the same addresses in every step of one graph bucket, so a forward recorded once can be replayed.

@@ -267,4 +267,62 @@ std::vector<int32_t> LanguageModel::forward_argmax(std::span<const StepRow> rows
   return tokens;
 }
 
+std::vector<SampledRow> LanguageModel::forward_sampled(std::span<const StepRow> rows,
+                                                       std::span<const SamplingEntry> entries) {
+  LMX_REQUIRE(InvalidArgument, backend_->supports_sampling(),
+              "forward_sampled: the {} backend does not sample", backend_->description());
+  const auto vocab = static_cast<int32_t>(description().vocab_size);
+  size_t edit_count = 0;
+  for (const SamplingEntry& e : entries) {
+    LMX_REQUIRE(InvalidArgument, e.row >= 0 && e.row < static_cast<int64_t>(rows.size()),
+                "forward_sampled: entry row {} is outside the step's {} rows", e.row, rows.size());
+    LMX_REQUIRE(InvalidArgument, e.params.top_logprobs >= 0 && e.params.top_logprobs <= kSampledTopMax,
+                "forward_sampled: top_logprobs {} is outside [0, {}]", e.params.top_logprobs, kSampledTopMax);
+    for (const LogitEdit& edit : e.edits)
+      LMX_REQUIRE(InvalidArgument, edit.id >= 0 && edit.id < vocab,
+                  "forward_sampled: edit token id {} is outside the vocabulary [0, {})", edit.id, vocab);
+    edit_count += e.edits.size();
+  }
+  const Plan p = plan(rows, false);
+  const StepOutputs out = run(p);
+  const auto n = static_cast<int64_t>(entries.size());
+  sampled_entries_ = n;
+  std::vector<SampledRow> results(entries.size());
+  if (n == 0) return results;
+  // Staged: the entries' settings, then every entry's edits.
+  sampling_staging_.assign(entries.size() * sizeof(SamplingRowParams) + edit_count * sizeof(LogitEdit),
+                           std::byte{0});
+  auto* params = reinterpret_cast<SamplingRowParams*>(sampling_staging_.data());
+  auto* edits = reinterpret_cast<LogitEdit*>(params + n);
+  int32_t at = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    params[i] = entries[i].params;
+    params[i].row = static_cast<int32_t>(entries[i].row);
+    params[i].edits_begin = at;
+    params[i].edits_count = static_cast<int32_t>(entries[i].edits.size());
+    std::copy(entries[i].edits.begin(), entries[i].edits.end(), edits + at);
+    at += params[i].edits_count;
+  }
+  const Tensor inputs = backend_->stage(kSamplingInputsSlot, sampling_staging_);
+  Tensor processed = backend_->workspace(kSamplingProcessedSlot, {n, vocab}, DType::kF32);
+  Tensor sampled =
+      backend_->workspace(kSampledSlot, {static_cast<int64_t>(n * sizeof(SampledRow))}, DType::kU8);
+  LMX_REQUIRE(InvalidArgument, backend_->sample_rows(out.logits, inputs, n, processed, sampled),
+              "forward_sampled: the backend did not sample");
+  backend_->to_host(sampled, results.data());
+  return results;
+}
+
+std::vector<float> LanguageModel::sampled_logits(int64_t entry) {
+  LMX_REQUIRE(InvalidArgument, entry >= 0 && entry < sampled_entries_,
+              "sampled_logits: entry {} is outside the last step's {} entries", entry, sampled_entries_);
+  const auto vocab = static_cast<int64_t>(description().vocab_size);
+  Tensor processed = backend_->workspace(kSamplingProcessedSlot, {sampled_entries_, vocab}, DType::kF32);
+  std::vector<float> row(static_cast<size_t>(vocab));
+  backend_->to_host(Tensor::from_storage(processed.storage(), {vocab}, DType::kF32,
+                                         static_cast<size_t>(entry * vocab) * sizeof(float)),
+                    row.data());
+  return row;
+}
+
 }  // namespace lmx

@@ -9,6 +9,7 @@
 #include "lmx/model/forward.h"
 #include "lmx/model/model_description.h"
 #include "lmx/ops/backend.h"
+#include "lmx/ops/sampling_rows.h"
 
 #include <compare>
 #include <cstdint>
@@ -26,6 +27,15 @@ namespace lmx {
 struct StepRow {
   Sequence* sequence = nullptr;
   std::span<const int32_t> tokens;
+};
+
+// One choice's next token sampled on the backend (LanguageModel::forward_sampled): which row of the step,
+// its settings (params.row, edits_begin and edits_count are filled in by forward_sampled) and its logit
+// edits (distinct ids).
+struct SamplingEntry {
+  int64_t row = 0;
+  SamplingRowParams params;
+  std::vector<LogitEdit> edits;
 };
 
 struct ModelOptions {
@@ -66,6 +76,16 @@ class LanguageModel {
   // One step like forward(), returning each row's greedy token (the first maximum of its last logits);
   // only the ids leave the backend.
   std::vector<int32_t> forward_argmax(std::span<const StepRow> rows);
+  // Whether the backend samples (forward_sampled); the CPU does not: its logits are on the host already.
+  bool samples_on_backend() const { return backend_->supports_sampling(); }
+  // One step like forward(), then each entry samples its row's last logits on the backend
+  // (sampling_rows.h); only the results leave it. InvalidArgument for an entry row outside the step, an
+  // edit id outside the vocabulary or top_logprobs outside [0, kSampledTopMax], or a backend that does not
+  // sample.
+  std::vector<SampledRow> forward_sampled(std::span<const StepRow> rows,
+                                          std::span<const SamplingEntry> entries);
+  // Entry `entry`'s processed logits of the last forward_sampled step, on the host (for kNeedsHost).
+  std::vector<float> sampled_logits(int64_t entry);
 
   // Bytes of weights one decode step of one row reads.
   size_t weight_bytes_per_token() const { return forward_->weight_bytes_per_token(); }
@@ -97,6 +117,8 @@ class LanguageModel {
   std::unique_ptr<KvCache> kv_;
   bool use_graphs_;
   std::vector<std::byte> staging_;
+  std::vector<std::byte> sampling_staging_;
+  int64_t sampled_entries_ = 0;  // of the last forward_sampled step
   struct Graph {
     int graph = -1;       // the backend's id
     StepOutputs outputs;  // where its replays leave the logits and ids

@@ -167,6 +167,19 @@ class Backend {
   virtual void attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale,
                          Tensor& out) = 0;
 
+  // ---- Sampling ------------------------------------------------------------------------------------
+  // Per-request sampling on the backend (sampling_rows.h), so that only the results leave it; a backend
+  // without it (the CPU, whose logits are host memory already) returns false and does nothing:
+  // `entries` entries over logits [R, V] (contiguous rows); `inputs` holds the staged
+  // SamplingRowParams[entries] followed by the LogitEdits they index (rows and edit ids validated by the
+  // caller); processed [entries, V] f32 receives each entry's processed row; out holds at least
+  // entries · sizeof(SampledRow) bytes for the results.
+  virtual bool sample_rows(const Tensor& logits, const Tensor& inputs, int64_t entries, Tensor& processed,
+                           Tensor& out) {
+    return false;
+  }
+  virtual bool supports_sampling() const { return false; }
+
   // ---- Fused ops (false: not taken, nothing done) ----------------------------------------------------
   // x = (x + rms_norm(a)·a_norm) · scale, then normed = rms_norm(x)·normed_norm unless normed is null.
   virtual bool residual_norm(Tensor& x, const Tensor& a, const Tensor* a_norm, float scale, Tensor* normed,

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -376,5 +377,87 @@ TEST(Sampler, DefaultsFromGenerationConfig) {
   EXPECT_FLOAT_EQ(sampling_from_generation_config(other).repetition_penalty, 1.1f);
 }
 
+// The edits a backend applies give the host processors' logits bit for bit.
+TEST(Sampler, LogitEditsReproduceTheProcessors) {
+  for (int trial = 0; trial < 40; ++trial) {
+    SamplingParams p;
+    p.repetition_penalty = trial % 3 ? 1.0f + static_cast<float>(trial % 5) * 0.15f : 1.0f;
+    p.presence_penalty = trial % 4 ? 0.3f * static_cast<float>(trial % 3) : 0.0f;
+    p.frequency_penalty = trial % 5 ? -0.2f + 0.1f * static_cast<float>(trial % 4) : 0.0f;
+    p.repetition_context_size = trial % 7;
+    p.presence_context_size = 3 + trial % 5;
+    p.frequency_context_size = trial % 2 ? 0 : 9;
+    for (int b = 0; b < trial % 6; ++b)
+      p.logit_bias[static_cast<int32_t>(test::rng()() % 50)] = 0.5f + static_cast<float>(b);
+    std::vector<int32_t> history(test::rng()() % 40);
+    for (auto& id : history) id = static_cast<int32_t>(test::rng()() % 50);
+    std::vector<float> expected = random_logits(50);
+    std::vector<float> edited = expected;
+    sampling::apply_logit_processors(p, expected, history);
+    const std::vector<LogitEdit> edits = sampling::logit_edits(p, history, edited.size());
+    std::set<int32_t> ids;
+    for (const LogitEdit& e : edits) EXPECT_TRUE(ids.insert(e.id).second) << "edit ids are distinct";
+    sampling::apply_logit_edits(edits, edited);
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_EQ(std::bit_cast<uint32_t>(edited[i]), std::bit_cast<uint32_t>(expected[i]))
+          << "trial " << trial;
+  }
+  EXPECT_THROW(sampling::logit_edits(SamplingParams{.presence_penalty = 1}, std::vector<int32_t>{7}, 5),
+               InvalidArgument);
+}
+
+// The candidate cut against the host filters: kWithin names the host's survivors, kFloor a floor that
+// keeps exactly them, kHost a survivor set past the candidates.
+TEST(Sampler, CandidateCutMatchesTheFilters) {
+  const int kCount = 32;
+  int kinds[3] = {};
+  for (int trial = 0; trial < 600; ++trial) {
+    std::vector<float> logits = random_logits(200, trial % 3 == 0 ? 0.5f : 6.0f);
+    for (int i = 0; i < trial % 4 * 10; ++i) logits[test::rng()() % logits.size()] = kNegInf;
+    const float top_p = trial % 5 == 0 ? 1.0f : 0.3f + 0.1f * static_cast<float>(trial % 7);
+    const float min_p = trial % 4 == 1 ? 0.02f * static_cast<float>(1 + trial % 3) : 0.0f;
+    const int top_k = trial % 6 == 2 ? 0 : (trial % 6 == 3 ? 150 : 1 + trial % 40);
+    const std::vector<float> lp = log_softmax(logits);
+    std::vector<float> filtered = lp;
+    sampling::apply_top_p(filtered, top_p);
+    sampling::apply_min_p(filtered, min_p);
+    sampling::apply_top_k(filtered, top_k);
+    const std::set<int32_t> expected = survivors(filtered);
+    const std::vector<int32_t> ranked = sampling::ranked_finite(lp);
+    std::vector<float> candidates;
+    for (size_t r = 0; r < std::min<size_t>(kCount, ranked.size()); ++r) candidates.push_back(lp[ranked[r]]);
+    const CandidateCut cut = cut_candidates(candidates.data(), static_cast<int32_t>(candidates.size()),
+                                            static_cast<int64_t>(ranked.size()), top_p, min_p, top_k);
+    ++kinds[cut.kind];
+    if (cut.kind == CandidateCut::kWithin) {
+      EXPECT_EQ(expected, std::set<int32_t>(ranked.begin(), ranked.begin() + cut.survivors))
+          << "trial " << trial;
+    } else if (cut.kind == CandidateCut::kFloor) {
+      std::set<int32_t> floor;
+      for (int32_t id : ranked)
+        if (static_cast<double>(lp[id]) >= cut.floor) floor.insert(id);
+      EXPECT_EQ(expected, floor) << "trial " << trial;
+    } else {
+      EXPECT_GT(expected.size(), static_cast<size_t>(kCount)) << "trial " << trial;
+    }
+  }
+  for (int kind = 0; kind < 3; ++kind) EXPECT_GT(kinds[kind], 10) << "kind " << kind;
+}
+
+// A backend's processing plus sample_processed draws what sample() draws from the same generator state.
+TEST(Sampler, SampleProcessedMatchesSample) {
+  const SamplingParams p{
+      .temperature = 0.8f, .top_p = 0.9f, .top_k = 40, .repetition_penalty = 1.2f, .seed = 5};
+  Sampler whole(p), split(p);
+  std::vector<int32_t> history = {3, 4, 5};
+  for (int i = 0; i < 200; ++i) {
+    const std::vector<float> logits = random_logits(500, 3);
+    std::vector<float> processed = logits;
+    sampling::apply_logit_edits(sampling::logit_edits(p, history, logits.size()), processed);
+    const int32_t token = whole.sample(logits, history);
+    ASSERT_EQ(token, split.sample_processed(processed, split.next_uniform())) << "step " << i;
+    history.push_back(token);
+  }
+}
 }  // namespace
 }  // namespace lmx

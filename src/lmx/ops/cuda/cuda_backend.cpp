@@ -11,6 +11,7 @@
 #include "lmx/ops/cuda/exact.h"
 #include "lmx/ops/cuda/linear.h"
 #include "lmx/ops/cuda/per_layer_input.h"
+#include "lmx/ops/cuda/sampling.h"
 #include "lmx/ops/cuda/tuning.h"
 #include "lmx/ops/weight.h"
 
@@ -331,6 +332,24 @@ class CudaBackend final : public Backend {
     void* partials = bytes > 0 ? ctx().scratch(cuda::Scratch::kArgmaxPartials, bytes) : nullptr;
     cuda::argmax_rows(xr.data, xr.rows, xr.cols, const_cast<int32_t*>(ints(out, "argmax out")), stream(),
                       partials, bytes);
+  }
+  bool supports_sampling() const override { return true; }
+  bool sample_rows(const Tensor& logits, const Tensor& inputs, int64_t entries, Tensor& processed,
+                   Tensor& out) override {
+    const Rows lr = rows_of(logits, "sample_rows logits");
+    LMX_REQUIRE(InvalidArgument, lr.stride == lr.cols && lr.cols <= INT32_MAX,
+                "cuda sample_rows: logits must be contiguous rows of at most 2^31 - 1 columns");
+    LMX_REQUIRE(InvalidArgument,
+                inputs.nbytes() >= static_cast<size_t>(entries) * sizeof(SamplingRowParams) &&
+                    processed.numel() >= entries * lr.cols && processed.dtype() == DType::kF32 &&
+                    out.nbytes() >= static_cast<size_t>(entries) * sizeof(SampledRow),
+                "cuda sample_rows: buffers too small for {} entries", entries);
+    const auto* params = static_cast<const SamplingRowParams*>(inputs.raw_data());
+    cuda::sample_rows(lr.data, lr.stride, static_cast<int>(lr.cols), entries, params,
+                      reinterpret_cast<const LogitEdit*>(params + entries),
+                      static_cast<float*>(processed.raw_data()), static_cast<SampledRow*>(out.raw_data()),
+                      stream());
+    return true;
   }
   void kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k, const Tensor& v) override {
     const Rows kr = rows_of(k, "kv_append k"), vr = rows_of(v, "kv_append v");
