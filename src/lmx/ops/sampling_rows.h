@@ -71,6 +71,7 @@ struct SampledRow {
   int32_t top_ids[kSampledTopMax] = {};
   float top_logprobs[kSampledTopMax] = {};
 };
+static_assert(sizeof(SampledRow) % 4 == 0, "backends write SampledRow as 32-bit words");
 
 // Where the filters cut the rank order, judged from the first `count` candidates' log-probabilities
 // `lp` (rank order) of `finite` finite tokens.

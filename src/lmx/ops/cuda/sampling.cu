@@ -150,6 +150,9 @@ __global__ void __launch_bounds__(kThreads)
                     (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
                     (reinterpret_cast<uintptr_t>(processed) & 15) == 0;
 
+  // Every byte of the result is written (unused top slots and fields stay zero), so results compare bytewise.
+  for (int w = tid; w < static_cast<int>(sizeof(SampledRow) / 4); w += kThreads)
+    reinterpret_cast<uint32_t*>(&result)[w] = 0;
   // The processed row: a copy with the edits (distinct ids) applied.
   if (vec4) {
     for (int c = tid; c < vocab / 4; c += kThreads)
