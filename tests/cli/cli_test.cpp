@@ -251,11 +251,28 @@ TEST(Cli, KvCacheFlags) {
   ASSERT_EQ(blocks.exit_code, 0) << blocks.output;
   EXPECT_EQ(nlohmann::json::parse(blocks.output)["tokens"], f32_json["tokens"]);
 
+  // The affine codecs on a model whose head_dim (64) their groups divide: fewer bytes, the same greedy start.
+  const std::string demo = "generate --model " + test::source_path("models/demo") +
+                           " --prompt-ids 2,397,729,4924 --max-tokens 6 --json";
+  const test::RunResult demo_bf16 = test::run_lmx(demo + " --kv-cache bf16");
+  ASSERT_EQ(demo_bf16.exit_code, 0) << demo_bf16.output;
+  int64_t previous = nlohmann::json::parse(demo_bf16.output)["kv_bytes"].get<int64_t>();
+  for (const char* spec : {"affine8:g32", "affine8", "affine4:g32", "affine4"}) {
+    const test::RunResult r = test::run_lmx(demo + " --kv-cache " + spec);
+    ASSERT_EQ(r.exit_code, 0) << spec << ": " << r.output;
+    const auto json = nlohmann::json::parse(r.output);
+    EXPECT_LT(json["kv_bytes"].get<int64_t>(), previous) << spec;
+    previous = json["kv_bytes"].get<int64_t>();
+    EXPECT_EQ(json["tokens"].size(), 6u) << spec;
+  }
+
   struct Bad {
     std::string flags, message;
   };
   for (const Bad& bad :
        {Bad{"--kv-cache fp8", "--kv-cache: unknown KV cache codec 'fp8'"},
+        Bad{"--kv-cache affine3", "unknown KV cache codec 'affine3'"},
+        Bad{"--kv-cache affine4", "head_dim 32 is not a multiple of the group 64"},
         Bad{"--kv-budget lots", "--kv-budget 'lots'"}, Bad{"--kv-budget 0", "--kv-budget '0'"},
         Bad{"--kv-budget 1K", "more than the whole KV budget of 1024 bytes"},
         Bad{"--kv-block-tokens 0", "--kv-block-tokens"}}) {

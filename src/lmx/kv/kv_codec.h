@@ -5,36 +5,50 @@
 #include "lmx/core/dtype.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace lmx {
 
-// The plain codecs store K and V as [tokens, heads, head_dim] arrays of one element type: f32 (the
-// exactness reference on every backend) or bf16 (round to nearest even from the f32 the model computes).
-// Quantized codecs (affine, TurboQuant) add their own layouts behind the same names and byte counts.
-enum class KvCodecKind : uint8_t { kF32, kBf16 };
+// - kF32, kBf16: K and V as [tokens, heads, head_dim] arrays of one element type: f32 (the exactness
+//   reference on every backend) or bf16 (round to nearest even from the f32 the model computes).
+// - kAffine: MLX affine quantization along head_dim (mlx-lm's QuantizedKVCache): groups of `group`
+//   elements share a bf16 scale and bias, each element a `bits`-bit code; quantized from the f32 the model
+//   computes exactly as mlx.core.quantize's GPU kernels round (lmx/quant/affine.h). A block's keys (and
+//   likewise its values) are the codes [block_tokens, heads, head_dim · bits / 32] u32, then the scales
+//   [block_tokens, heads, head_dim / group] bf16, then the biases of the same shape (ops/paged_kv.h).
+enum class KvCodecKind : uint8_t { kF32, kBf16, kAffine };
 
 class KvCodec {
  public:
   constexpr KvCodec() = default;
   constexpr explicit KvCodec(KvCodecKind kind) : kind_(kind) {}
+  // An affine codec; InvalidArgument unless bits is 4 or 8 and group 32, 64 or 128.
+  static KvCodec affine(int bits, int group);
 
-  // Parses a --kv-cache spec ("f32", "bf16"); InvalidArgument listing the known specs otherwise.
+  // Parses a --kv-cache spec: "f32", "bf16", "affine4", "affine8" (groups of 64), "affine4:g32",
+  // "affine8:g128", …; InvalidArgument listing the known specs otherwise.
   static KvCodec parse(std::string_view spec);
 
   KvCodecKind kind() const { return kind_; }
-  // "f32", "bf16": the spec that parse() takes back, and the codec's part of a signature.
-  std::string_view name() const;
-  // The element type of the plain codecs' K and V arrays.
+  bool quantized() const { return kind_ == KvCodecKind::kAffine; }
+  int bits() const { return bits_; }    // affine: 4 or 8; else 0
+  int group() const { return group_; }  // affine: 32, 64 or 128; else 0
+  // "f32", "bf16", "affine4:g64": the spec that parse() takes back, and the codec's part of a signature.
+  std::string name() const;
+  // The element type of the plain codecs' K and V arrays; of the scales and biases of the affine ones.
   DType element_dtype() const;
-  // Bytes of one token's keys (or values) of `heads` heads of `head_dim`.
+  // Bytes of one token's keys (or values) of `heads` heads of `head_dim`. InvalidArgument when an affine
+  // codec's group does not divide head_dim.
   size_t token_bytes(int heads, int head_dim) const;
 
   friend bool operator==(const KvCodec&, const KvCodec&) = default;
 
  private:
   KvCodecKind kind_ = KvCodecKind::kF32;
+  uint8_t bits_ = 0;
+  uint8_t group_ = 0;
 };
 
 }  // namespace lmx

@@ -73,6 +73,8 @@ PagedKvLayer KvLayout::view(int cache_layer, const PagedKvTables& group_tables) 
   view.kv_heads = l.num_kv_heads;
   view.head_dim = l.head_dim;
   view.dtype = l.codec.element_dtype();
+  view.quant_bits = l.codec.bits();
+  view.quant_group = l.codec.group();
   view.window = l.window;
   return view;
 }

@@ -57,6 +57,9 @@ LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_
   KvCacheOptions kv;
   kv.codec = options.kv_codec.value_or(
       KvCodec(backend_->device().is_cpu() ? KvCodecKind::kF32 : KvCodecKind::kBf16));
+  LMX_REQUIRE(InvalidArgument, !kv.codec.quantized() || backend_->device().is_cpu(),
+              "--kv-cache {}: the quantized KV codecs run on the CPU backend only so far (CUDA: f32 or bf16)",
+              kv.codec.name());
   // The f32 KV cache is the exactness reference: every op of the backend computes in f32 then.
   backend_->set_exact(kv.codec.kind() == KvCodecKind::kF32);
   forward_->prepare(*backend_);

@@ -12,8 +12,9 @@ namespace lmx {
 
 // Block i of `blocks` holds positions [(first_block + i) * block_tokens, ... + block_tokens); position p
 // sits at slot p % block_tokens. Inside a block, the layer's keys start k_offset bytes in and its values
-// v_offset bytes in, each [block_tokens, kv_heads, head_dim] of `dtype` (f32 or bf16). Positions
-// [first_block * block_tokens, kv_len) are valid.
+// v_offset bytes in, each [block_tokens, kv_heads, head_dim] of `dtype` (f32 or bf16) — or, when
+// quant_bits > 0, MLX affine codes along head_dim (AffineKvHalf below) with `dtype` (bf16) scales and
+// biases. Positions [first_block * block_tokens, kv_len) are valid.
 struct PagedKvRow {
   std::span<const void* const> blocks;
   int64_t first_block = 0;
@@ -22,6 +23,26 @@ struct PagedKvRow {
   size_t k_offset = 0, v_offset = 0;
   int kv_heads = 0, head_dim = 0;
   DType dtype = DType::kF32;
+  int quant_bits = 0, quant_group = 0;
+};
+
+// Where one token-head's codes, scales and biases sit inside one half (keys or values) of an affine block:
+// codes [block_tokens, kv_heads, head_dim · bits / 32] u32, then scales [block_tokens, kv_heads,
+// head_dim / group], then biases of that shape (2-byte scale elements). `row` = slot · kv_heads + head.
+struct AffineKvHalf {
+  int64_t block_tokens = 0, kv_heads = 0, head_dim = 0;
+  int bits = 0, group = 0;
+
+  size_t code_words() const { return static_cast<size_t>(head_dim * bits / 32); }
+  size_t groups() const { return static_cast<size_t>(head_dim / group); }
+  size_t codes_at(int64_t row) const { return static_cast<size_t>(row) * code_words() * 4; }
+  size_t scales_at(int64_t row) const {
+    return static_cast<size_t>(block_tokens * kv_heads) * code_words() * 4 +
+           static_cast<size_t>(row) * groups() * 2;
+  }
+  size_t biases_at(int64_t row) const {
+    return scales_at(row) + static_cast<size_t>(block_tokens * kv_heads) * groups() * 2;
+  }
 };
 
 }  // namespace lmx
@@ -52,6 +73,7 @@ struct PagedKvLayer {
   size_t k_offset = 0, v_offset = 0;
   int kv_heads = 0, head_dim = 0;
   DType dtype = DType::kF32;
+  int quant_bits = 0, quant_group = 0;  // > 0: affine codes (PagedKvRow)
   int window = 0;
 };
 

@@ -146,6 +146,21 @@ TEST_F(EngineTest, ConcurrentRequestsGiveTheirSoloTokens) {
   EXPECT_EQ(model_->kv_cache().pool().used_bytes(), 0u);
 }
 
+// A quantized KV cache keeps batch invariance: each row attends over its own blocks only.
+TEST_F(EngineTest, QuantizedKvRequestsGiveTheirSoloTokens) {
+  ModelOptions quantized;
+  quantized.kv_block_tokens = 4;
+  quantized.kv_codec = KvCodec::parse("affine4:g32");  // head_dim 32 in the committed tiny E2B
+  model_ = test::load_model(test::source_path("tests/data/models/tiny-e2b"), Device::cpu(), quantized);
+  const EngineOptions options = small_steps();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 24; ++i) requests.push_back(varied_request(i));
+  Engine engine(*model_, nullptr, options);
+  const auto outcomes = run_together(engine, requests);
+  EXPECT_EQ(engine.stats().requests_finished, 24);
+  expect_all_solo(requests, outcomes, options);
+}
+
 TEST_F(EngineTest, PreemptionUnderASmallPoolKeepsEveryTokenExact) {
   const EngineOptions options = small_steps();
   // Room for about three sequences of 64 tokens: 24 requests of up to 64 tokens must queue and preempt.

@@ -4,7 +4,9 @@
 #include "lmx/kv/kv_cache.h"
 #include "lmx/core/half.h"
 #include "lmx/kv/host_kv.h"
+#include "lmx/ops/cpu/affine_kv.h"
 #include "lmx/ops/ops.h"
+#include "lmx/quant/affine.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +27,15 @@ Tensor rounded_to_bf16(const Tensor& t) {
   Tensor out = t.contiguous();
   for (float& v : out.span<float>()) v = bf16_to_f32(f32_to_bf16(v));
   return out;
+}
+
+// What a codec keeps of t [tokens, heads, head_dim]: t itself (f32), rounded through bf16, or the affine
+// reference codec's quantize-then-dequantize along head_dim (lmx/quant/affine.h).
+Tensor stored(const KvCodec& codec, const Tensor& t) {
+  if (codec.kind() == KvCodecKind::kBf16) return rounded_to_bf16(t);
+  if (!codec.quantized()) return t;
+  return quant::dequantize_affine(
+      quant::quantize_affine(t, codec.bits(), codec.group(), DType::kBF16, quant::AffineRounding::kMlxGpu));
 }
 
 bool bit_equal(const Tensor& a, const Tensor& b) {
@@ -57,9 +68,8 @@ class Tracked {
     const HostKvStep host(*cache_, {&row, 1});
     const int64_t width = static_cast<int64_t>(g_.num_kv_heads) * g_.head_dim;
     ops::paged_kv_append(host.step(), host.layer(0), k.reshape({count, width}), v.reshape({count, width}));
-    const bool bf16 = cache_->layout().codec().kind() == KvCodecKind::kBf16;
-    k_ = concat(k_, bf16 ? rounded_to_bf16(k) : k);
-    v_ = concat(v_, bf16 ? rounded_to_bf16(v) : v);
+    k_ = concat(k_, stored(cache_->layout().codec(), k));
+    v_ = concat(v_, stored(cache_->layout().codec(), v));
     Tensor q = test::random_tensor({count, g_.num_kv_heads * 2, g_.head_dim});
     Tensor out = Tensor::zeros(q.shape(), DType::kF32), expected = Tensor::zeros(q.shape(), DType::kF32);
     Tensor out2 = out.reshape({count, 2 * width});
@@ -120,6 +130,79 @@ TEST(KvCache, SlidingLayerKeepsOnlyItsWindow) {
 TEST(KvCache, Bf16StorageMatchesAttentionOverRoundedKeys) {
   check_chunks({2, 8, 0}, 4, {5, 1, 9, 1}, KvCodec(KvCodecKind::kBf16));
   check_chunks({1, 16, 6}, 4, {9, 1, 1, 4, 1}, KvCodec(KvCodecKind::kBf16));
+}
+
+// Attention reads affine blocks directly (dequantizing inside its loop) and equals attention over the
+// reference codec's dequantized history, bit for bit: full and sliding layers, every bits and group, blocks
+// of 1 to 64 tokens, forks and rewinds.
+TEST(KvCache, AffineStorageMatchesAttentionOverDequantizedKeys) {
+  for (const char* spec : {"affine4", "affine8", "affine4:g32", "affine8:g128", "affine4:g128"}) {
+    SCOPED_TRACE(spec);
+    const KvCodec codec = KvCodec::parse(spec);
+    check_chunks({2, 128, 0}, 4, {5, 1, 9, 1}, codec);
+    check_chunks({1, 128, 6}, 4, {9, 1, 1, 4, 1}, codec);
+    for (int bt : {1, 16, 64}) check_chunks({2, 128, 0}, bt, {20, 1, 1, 70, 1}, codec);
+    KvLayerGeometry g{2, 128, 0};
+    KvCache cache(std::span(&g, 1), options(8, codec), host_kv_memory());
+    Tracked t(cache, g);
+    t.step(13);
+    Tracked f = t.fork(11);  // shares two blocks, copies the partial third
+    f.step(3);
+    t.step(1);
+    t.truncate(6);
+    t.step(4);
+  }
+}
+
+// The host row codec gives the reference codec's codes, scales and biases bit for bit.
+TEST(KvCache, AffineRowCodecMatchesTheReference) {
+  for (int bits : {4, 8})
+    for (int group : {32, 64, 128}) {
+      const int d = 256;
+      std::vector<std::vector<float>> rows;
+      for (int i = 0; i < 12; ++i) rows.push_back(test::random_floats(d, -3.0f, 3.0f));
+      rows.push_back(std::vector<float>(d, 0.0f));
+      rows.push_back(std::vector<float>(d, -1.5f));  // constant and negative
+      rows.push_back(std::vector<float>(d, 2.0f));
+      rows.push_back(test::random_floats(d, -1e-8f, 1e-8f));  // below eps
+      rows.push_back(test::random_floats(d, 100.0f, 300.0f));
+      for (const auto& row : rows) {
+        const quant::AffineQuantized ref = quant::quantize_affine(
+            Tensor::from_vector(row, {1, d}), bits, group, DType::kBF16, quant::AffineRounding::kMlxGpu);
+        std::vector<uint32_t> codes(static_cast<size_t>(d * bits / 32));
+        std::vector<uint16_t> scales(static_cast<size_t>(d / group)), biases(scales.size());
+        ops::cpu::quantize_affine_row(row.data(), d, bits, group, codes.data(), scales.data(), biases.data());
+        ASSERT_EQ(0, std::memcmp(codes.data(), ref.codes.raw_data(), codes.size() * 4))
+            << bits << "/" << group;
+        ASSERT_EQ(0, std::memcmp(scales.data(), ref.scales.raw_data(), scales.size() * 2))
+            << bits << "/" << group;
+        ASSERT_EQ(0, std::memcmp(biases.data(), ref.biases.raw_data(), biases.size() * 2))
+            << bits << "/" << group;
+        std::vector<float> out(static_cast<size_t>(d));
+        ops::cpu::dequantize_affine_row(codes.data(), scales.data(), biases.data(), d, bits, group,
+                                        out.data());
+        const Tensor expected = quant::dequantize_affine(ref);
+        ASSERT_EQ(0, std::memcmp(out.data(), expected.raw_data(), out.size() * 4)) << bits << "/" << group;
+      }
+    }
+}
+
+TEST(KvCache, CodecSpecsNamesAndBytes) {
+  EXPECT_EQ(KvCodec::parse("affine4").name(), "affine4:g64");
+  EXPECT_EQ(KvCodec::parse("affine8:g32").name(), "affine8:g32");
+  for (const char* spec : {"f32", "bf16", "affine4:g32", "affine4:g64", "affine4:g128", "affine8:g64"})
+    EXPECT_EQ(KvCodec::parse(spec).name(), spec);
+  // head_dim 256, 2 heads: codes 128 (4-bit) or 256 (8-bit) bytes plus a bf16 scale and bias per group.
+  EXPECT_EQ(KvCodec::parse("affine4").token_bytes(2, 256), 2u * (128 + 4 * 4));
+  EXPECT_EQ(KvCodec::parse("affine8:g32").token_bytes(2, 256), 2u * (256 + 4 * 8));
+  EXPECT_EQ(KvCodec::parse("bf16").token_bytes(2, 256), 2u * 512);
+  EXPECT_THROW(KvCodec::parse("affine4:g32").token_bytes(1, 48), InvalidArgument);
+  for (const char* bad : {"affine", "affine3", "affine4:", "affine4:64", "affine4:g16", "affine4:g64x",
+                          "affine16", "AFFINE4", "affine4:g"})
+    EXPECT_THROW(KvCodec::parse(bad), InvalidArgument) << bad;
+  KvLayout layout(std::vector<KvLayerGeometry>{{2, 256, 0}}, KvCodec::parse("affine4"), 16);
+  EXPECT_EQ(layout.signature(0), "kv:affine4:g64:h=2:d=256");
+  EXPECT_EQ(layout.bytes_per_token(), 2u * 2 * (128 + 16));
 }
 
 TEST(KvCache, LayoutGroupsByWindowAndSignatures) {

@@ -1,6 +1,7 @@
 // Attention for one sequence (GQA, causal by position, optional sliding window) over f32 q and keys and
 // values stored contiguously (attention) or in fixed-size blocks (paged_attention), f32 or bf16.
 #include "lmx/core/thread_pool.h"
+#include "lmx/ops/cpu/affine_kv.h"
 #include "lmx/ops/cpu/checks.h"
 #include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/ops.h"
@@ -43,34 +44,70 @@ struct ContiguousKeys {
   }
 };
 
-// Keys and values in blocks (PagedKvRow): stored key j is position first_position + j.
+// Keys and values in blocks (PagedKvRow): stored key j is position first_position + j. Affine blocks are
+// dequantized inside the loop, a block's run of keys (or one value row) at a time into a per-thread tile —
+// exactly the f32 values the reference codec dequantizes to, so the result equals attention over them.
 struct PagedKeys {
   const PagedKvRow& kv;
   int64_t first_position, count;
   int64_t row_elems;  // kv_heads * head_dim
 
   int64_t position(int64_t j) const { return first_position + j; }
+  bool affine() const { return kv.quant_bits > 0; }
+  AffineKvHalf half() const {
+    return {kv.block_tokens, kv.kv_heads, kv.head_dim, kv.quant_bits, kv.quant_group};
+  }
+  const std::byte* block_of(int64_t j) const {
+    const int64_t p = first_position + j;
+    return static_cast<const std::byte*>(
+        kv.blocks[static_cast<size_t>(p / kv.block_tokens - kv.first_block)]);
+  }
   const std::byte* row(size_t offset, int64_t j, int64_t g) const {
     const int64_t p = first_position + j;
-    const auto* block =
-        static_cast<const std::byte*>(kv.blocks[static_cast<size_t>(p / kv.block_tokens - kv.first_block)]);
     const size_t elem = dtype_size(kv.dtype);
-    return block + offset + static_cast<size_t>((p % kv.block_tokens) * row_elems + g * kv.head_dim) * elem;
+    return block_of(j) + offset +
+           static_cast<size_t>((p % kv.block_tokens) * row_elems + g * kv.head_dim) * elem;
+  }
+  // Head g of stored key or value j, dequantized into `out` [head_dim].
+  void dequantize(size_t offset, int64_t j, int64_t g, float* out) const {
+    const AffineKvHalf h = half();
+    const int64_t at = (first_position + j) % kv.block_tokens * kv.kv_heads + g;
+    const std::byte* base = block_of(j) + offset;
+    cpu::dequantize_affine_row(reinterpret_cast<const uint32_t*>(base + h.codes_at(at)),
+                               reinterpret_cast<const uint16_t*>(base + h.scales_at(at)),
+                               reinterpret_cast<const uint16_t*>(base + h.biases_at(at)), kv.head_dim,
+                               kv.quant_bits, kv.quant_group, out);
   }
   void scores(cpu::LinearArgs args, int64_t rows, int64_t g, int64_t lo, int64_t hi) const {
+    thread_local std::vector<float> tile;
     float* out = args.out;
     for (int64_t j = lo; j < hi;) {
       const int64_t p = first_position + j;
       const int64_t run = std::min(hi - j, kv.block_tokens - p % kv.block_tokens);  // keys left in this block
-      args.w = row(kv.k_offset, j, g);
-      args.w_bf16 = kv.dtype == DType::kBF16;
-      args.w_stride = row_elems;
+      if (affine()) {
+        tile.resize(static_cast<size_t>(run * kv.head_dim));
+        for (int64_t i = 0; i < run; ++i) dequantize(kv.k_offset, j + i, g, tile.data() + i * kv.head_dim);
+        args.w = tile.data();
+        args.w_bf16 = false;
+        args.w_stride = kv.head_dim;
+      } else {
+        args.w = row(kv.k_offset, j, g);
+        args.w_bf16 = kv.dtype == DType::kBF16;
+        args.w_stride = row_elems;
+      }
       args.out = out + (j - lo);
       cpu::linear_block(args, 0, rows, 0, run);
       j += run;
     }
   }
   void add_value(float p, int64_t j, int64_t g, float* out, int64_t dv) const {
+    if (affine()) {
+      thread_local std::vector<float> value;
+      value.resize(static_cast<size_t>(kv.head_dim));
+      dequantize(kv.v_offset, j, g, value.data());
+      cpu::axpy(p, value.data(), out, dv);
+      return;
+    }
     const std::byte* v = row(kv.v_offset, j, g);
     if (kv.dtype == DType::kBF16)
       cpu::axpy(p, reinterpret_cast<const uint16_t*>(v), out, dv);
@@ -189,10 +226,13 @@ void paged_attention(const Tensor& q, const PagedKvRow& kv, std::span<const int3
   const int64_t tq = q.dim(0), hq = q.dim(1), d = q.dim(2);
   LMX_REQUIRE(InvalidArgument,
               kv.kv_heads > 0 && hq % kv.kv_heads == 0 && kv.head_dim == d && kv.block_tokens > 0 &&
-                  (kv.dtype == DType::kF32 || kv.dtype == DType::kBF16),
-              "paged attention: q {} against {} kv heads of {} ({} blocks of {} tokens, {})",
+                  (kv.dtype == DType::kF32 || kv.dtype == DType::kBF16) &&
+                  (kv.quant_bits == 0 || ((kv.quant_bits == 4 || kv.quant_bits == 8) && kv.quant_group > 0 &&
+                                          kv.head_dim % kv.quant_group == 0 && kv.dtype == DType::kBF16)),
+              "paged attention: q {} against {} kv heads of {} ({} blocks of {} tokens, {}, {}-bit codes in "
+              "groups of {})",
               shape_string(q.shape()), kv.kv_heads, kv.head_dim, kv.blocks.size(), kv.block_tokens,
-              dtype_name(kv.dtype));
+              dtype_name(kv.dtype), kv.quant_bits, kv.quant_group);
   const int64_t first = kv.first_block * kv.block_tokens;
   LMX_REQUIRE(InvalidArgument,
               kv.first_block >= 0 && kv.kv_len >= first &&

@@ -1,5 +1,6 @@
 // A step's paged KV on the host: appending rows into blocks and attention per row (ops.h).
 #include "lmx/core/half.h"
+#include "lmx/ops/cpu/affine_kv.h"
 #include "lmx/ops/ops.h"
 
 #include <cstring>
@@ -30,6 +31,8 @@ PagedKvRow row_view(const PagedKvStep& step, const PagedKvLayer& kv, int64_t r) 
   row.kv_heads = kv.kv_heads;
   row.head_dim = kv.head_dim;
   row.dtype = kv.dtype;
+  row.quant_bits = kv.quant_bits;
+  row.quant_group = kv.quant_group;
   return row;
 }
 }  // namespace
@@ -38,8 +41,16 @@ void paged_kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tens
   const int64_t width = static_cast<int64_t>(kv.kv_heads) * kv.head_dim;
   require_rows(k, step.tokens, width, "k");
   require_rows(v, step.tokens, width, "v");
+  const bool affine = kv.quant_bits > 0;
   const bool bf16 = kv.dtype == DType::kBF16;
-  LMX_REQUIRE(InvalidArgument, bf16 || kv.dtype == DType::kF32, "paged KV: {} storage", dtype_name(kv.dtype));
+  LMX_REQUIRE(InvalidArgument, bf16 || (kv.dtype == DType::kF32 && !affine), "paged KV: {} storage",
+              dtype_name(kv.dtype));
+  LMX_REQUIRE(InvalidArgument,
+              !affine || ((kv.quant_bits == 4 || kv.quant_bits == 8) && kv.quant_group > 0 &&
+                          kv.head_dim % kv.quant_group == 0),
+              "paged KV: affine {} bits in groups of {} over head_dim {}", kv.quant_bits, kv.quant_group,
+              kv.head_dim);
+  const AffineKvHalf half{step.block_tokens, kv.kv_heads, kv.head_dim, kv.quant_bits, kv.quant_group};
   const size_t elem = bf16 ? 2 : 4;
   for (int64_t t = 0; t < step.tokens; ++t) {
     const int64_t r = step.q_row[t], p = step.q_pos[t];
@@ -47,15 +58,26 @@ void paged_kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tens
     LMX_REQUIRE(InvalidArgument, b >= 0 && b < kv.tables.stride && p < step.kv_len[r],
                 "paged KV: position {} of row {} has no block", p, r);
     auto* block = static_cast<std::byte*>(const_cast<void*>(kv.tables.blocks[r * kv.tables.stride + b]));
-    const size_t slot = static_cast<size_t>((p % step.block_tokens) * width) * elem;
+    const int64_t slot_index = p % step.block_tokens;
     const float* src[2] = {k.data<float>() + t * k.strides()[0], v.data<float>() + t * v.strides()[0]};
-    std::byte* dst[2] = {block + kv.k_offset + slot, block + kv.v_offset + slot};
+    std::byte* halves[2] = {block + kv.k_offset, block + kv.v_offset};
     for (int i = 0; i < 2; ++i) {
-      if (!bf16) {
-        std::memcpy(dst[i], src[i], static_cast<size_t>(width) * 4);
+      if (affine) {
+        for (int h = 0; h < kv.kv_heads; ++h) {
+          const int64_t at = slot_index * kv.kv_heads + h;
+          cpu::quantize_affine_row(src[i] + h * kv.head_dim, kv.head_dim, kv.quant_bits, kv.quant_group,
+                                   reinterpret_cast<uint32_t*>(halves[i] + half.codes_at(at)),
+                                   reinterpret_cast<uint16_t*>(halves[i] + half.scales_at(at)),
+                                   reinterpret_cast<uint16_t*>(halves[i] + half.biases_at(at)));
+        }
         continue;
       }
-      auto* out = reinterpret_cast<uint16_t*>(dst[i]);
+      std::byte* dst = halves[i] + static_cast<size_t>(slot_index * width) * elem;
+      if (!bf16) {
+        std::memcpy(dst, src[i], static_cast<size_t>(width) * 4);
+        continue;
+      }
+      auto* out = reinterpret_cast<uint16_t*>(dst);
       for (int64_t e = 0; e < width; ++e) out[e] = f32_to_bf16(src[i][e]);
     }
   }

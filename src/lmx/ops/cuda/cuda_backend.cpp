@@ -56,6 +56,11 @@ struct Rows {
   int64_t stride, rows, cols;
 };
 
+void require_plain_kv(const PagedKvLayer& kv) {
+  LMX_REQUIRE(InvalidArgument, kv.quant_bits == 0,
+              "cuda backend: the quantized KV codecs run on the CPU backend only so far (CUDA: f32 or bf16)");
+}
+
 Rows rows_of(const Tensor& t, const char* what) {
   LMX_REQUIRE(InvalidArgument,
               !t.device().is_cpu() && t.dtype() == DType::kF32 && t.ndim() == 2 && t.strides()[1] == 1,
@@ -352,6 +357,7 @@ class CudaBackend final : public Backend {
     return true;
   }
   void kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k, const Tensor& v) override {
+    require_plain_kv(kv);
     const Rows kr = rows_of(k, "kv_append k"), vr = rows_of(v, "kv_append v");
     const cuda::AttentionBatch b = batch(step, kv, nullptr, 0, nullptr, 0);
     if (kv.dtype == DType::kF32)
@@ -363,6 +369,7 @@ class CudaBackend final : public Backend {
   }
   void attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale,
                  Tensor& out) override {
+    require_plain_kv(kv);
     const Rows qr = rows_of(q, "attention q");
     float* o = contiguous_f32(out, "attention out");
     cuda::AttentionBatch b = batch(step, kv, qr.data, qr.stride, o, static_cast<int>(qr.cols / kv.head_dim));
@@ -449,7 +456,7 @@ class CudaBackend final : public Backend {
   }
   bool attention_with_inputs(const PagedKvStep& step, const PagedKvLayer& kv, const AttentionInputs& in,
                              float scale, Tensor& out) override {
-    if (exact_ || kv.dtype != DType::kBF16) return false;
+    if (exact_ || kv.dtype != DType::kBF16 || kv.quant_bits > 0) return false;
     const Rows q = rows_of(in.q, "q");
     cuda::AttentionBatch b = batch(step, kv, q.data, q.stride, contiguous_f32(out, "attention out"),
                                    static_cast<int>(q.cols / kv.head_dim));

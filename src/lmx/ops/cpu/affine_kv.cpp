@@ -1,0 +1,79 @@
+// The affine KV codec's host rows: quantize_affine's per-group arithmetic (lmx/quant/affine.h) in the
+// same f32 operations, and its dequantization.
+#include "lmx/ops/cpu/affine_kv.h"
+
+#include "lmx/core/half.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace lmx::ops::cpu {
+
+void quantize_affine_row(const float* x, int head_dim, int bits, int group, uint32_t* codes, uint16_t* scales,
+                         uint16_t* biases) {
+  const float n_bins = static_cast<float>((1 << bits) - 1);
+  const float eps = 1e-7f;
+  const int per_word = 32 / bits;
+  std::fill(codes, codes + head_dim / per_word, 0u);
+  for (int g = 0; g < head_dim / group; ++g) {
+    const float* v = x + g * group;
+    // MLX's GPU kernels start the max at 0 and the min above every finite value.
+    float w_min = std::numeric_limits<float>::infinity(), w_max = 0.0f;
+    for (int j = 0; j < group; ++j) {
+      w_min = std::min(w_min, v[j]);
+      w_max = std::max(w_max, v[j]);
+    }
+    const bool side = std::fabs(w_min) > std::fabs(w_max);
+    float scale = std::max((w_max - w_min) / n_bins, eps);
+    scale = side ? scale : -scale;
+    const float edge = side ? w_min : w_max;
+    const float q0 = std::round(edge / scale);
+    float bias = 0.0f;
+    if (q0 != 0.0f) {
+      scale = edge / q0;
+      bias = edge;
+    }
+    for (int j = 0; j < group; ++j) {
+      const float q = std::round((v[j] - bias) / scale);
+      const uint32_t code = q > 0.0f ? static_cast<uint32_t>(std::min(q, n_bins)) : 0u;
+      const int e = g * group + j;
+      codes[e / per_word] |= code << (e % per_word * bits);
+    }
+    scales[g] = f32_to_bf16(scale);
+    biases[g] = f32_to_bf16(bias);
+  }
+}
+
+namespace {
+
+// kBits fixed at compile time, so the code extraction is shifts and masks. One clone per x86 level with
+// hardware FMA (the fma is one instruction instead of a libm call) and a portable default, picked at load
+// time; the same single rounding either way.
+template <int kBits>
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void dequantize_row(
+    const uint32_t* codes, const uint16_t* scales, const uint16_t* biases, int head_dim, int group,
+    float* out) {
+  constexpr int kPerWord = 32 / kBits;
+  constexpr uint32_t kMask = (1u << kBits) - 1u;
+  for (int g = 0; g < head_dim / group; ++g) {
+    const float scale = bf16_to_f32(scales[g]), bias = bf16_to_f32(biases[g]);
+    const uint32_t* words = codes + g * group / kPerWord;
+    float* o = out + g * group;
+    for (int w = 0; w < group / kPerWord; ++w)
+      for (int e = 0; e < kPerWord; ++e)
+        o[w * kPerWord + e] = std::fma(scale, static_cast<float>((words[w] >> (e * kBits)) & kMask), bias);
+  }
+}
+
+}  // namespace
+
+void dequantize_affine_row(const uint32_t* codes, const uint16_t* scales, const uint16_t* biases,
+                           int head_dim, int bits, int group, float* out) {
+  if (bits == 4)
+    dequantize_row<4>(codes, scales, biases, head_dim, group, out);
+  else
+    dequantize_row<8>(codes, scales, biases, head_dim, group, out);
+}
+
+}  // namespace lmx::ops::cpu
