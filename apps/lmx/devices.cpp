@@ -85,8 +85,9 @@ void add_model_options(CLI::App* command, ModelFlags& flags) {
       ->default_val("auto");
   command->add_option(
       "--kv-cache", flags.kv_cache,
-      "KV cache codec: f32, bf16, affine4 or affine8 (MLX affine along head_dim, groups of "
-      "64; affine4:g32 etc. for 32 or 128; CPU only so far) (default: f32 on the CPU, bf16 on CUDA)");
+      "KV cache codec: f32, bf16, affine4 or affine8 (MLX affine along head_dim, groups of 64; affine4:g32 "
+      "etc. for 32 or 128), turbo (TurboQuant k8v3; turbo:k8v4, turbo:k4v3, ...); the quantized ones on the "
+      "CPU only so far (default: f32 on the CPU, bf16 on CUDA)");
   command->add_option("--kv-budget", flags.kv_budget,
                       "Bytes the KV cache may hold, e.g. 8G (default: 90 % of the device's free memory)");
   command->add_option("--kv-block-tokens", flags.kv_block_tokens, "Tokens per KV block (default 64)")

@@ -256,7 +256,8 @@ TEST(Cli, KvCacheFlags) {
                            " --prompt-ids 2,397,729,4924 --max-tokens 6 --json";
   const test::RunResult demo_bf16 = test::run_lmx(demo + " --kv-cache bf16");
   ASSERT_EQ(demo_bf16.exit_code, 0) << demo_bf16.output;
-  int64_t previous = nlohmann::json::parse(demo_bf16.output)["kv_bytes"].get<int64_t>();
+  const int64_t bf16_bytes = nlohmann::json::parse(demo_bf16.output)["kv_bytes"].get<int64_t>();
+  int64_t previous = bf16_bytes;
   for (const char* spec : {"affine8:g32", "affine8", "affine4:g32", "affine4"}) {
     const test::RunResult r = test::run_lmx(demo + " --kv-cache " + spec);
     ASSERT_EQ(r.exit_code, 0) << spec << ": " << r.output;
@@ -265,6 +266,11 @@ TEST(Cli, KvCacheFlags) {
     previous = json["kv_bytes"].get<int64_t>();
     EXPECT_EQ(json["tokens"].size(), 6u) << spec;
   }
+  for (const char* spec : {"turbo", "turbo:k8v4", "turbo:k4v2"}) {
+    const test::RunResult r = test::run_lmx(demo + " --kv-cache " + spec);
+    ASSERT_EQ(r.exit_code, 0) << spec << ": " << r.output;
+    EXPECT_LT(nlohmann::json::parse(r.output)["kv_bytes"].get<int64_t>(), bf16_bytes) << spec;
+  }
 
   struct Bad {
     std::string flags, message;
@@ -272,6 +278,7 @@ TEST(Cli, KvCacheFlags) {
   for (const Bad& bad :
        {Bad{"--kv-cache fp8", "--kv-cache: unknown KV cache codec 'fp8'"},
         Bad{"--kv-cache affine3", "unknown KV cache codec 'affine3'"},
+        Bad{"--kv-cache turbo:k8v5", "unknown KV cache codec 'turbo:k8v5'"},
         Bad{"--kv-cache affine4", "head_dim 32 is not a multiple of the group 64"},
         Bad{"--kv-budget lots", "--kv-budget 'lots'"}, Bad{"--kv-budget 0", "--kv-budget '0'"},
         Bad{"--kv-budget 1K", "more than the whole KV budget of 1024 bytes"},

@@ -37,10 +37,12 @@ KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec,
     if (group == num_groups()) groups_.push_back({g.window, {}, 0});
     layer.group = group;
     KvGroup& owner = groups_[static_cast<size_t>(group)];
-    const size_t half = static_cast<size_t>(block_tokens) * codec.token_bytes(g.num_kv_heads, g.head_dim);
+    const size_t keys = static_cast<size_t>(block_tokens) * codec.token_bytes(g.num_kv_heads, g.head_dim);
+    const size_t values =
+        static_cast<size_t>(block_tokens) * codec.token_bytes(g.num_kv_heads, g.head_dim, true);
     layer.k_offset = owner.block_bytes;
-    layer.v_offset = owner.block_bytes + half;
-    owner.block_bytes += 2 * half;
+    layer.v_offset = owner.block_bytes + keys;
+    owner.block_bytes += keys + values;
     owner.layers.push_back(num_cache_layers());
     cache_of_model_layer_.push_back(num_cache_layers());
     layers_.push_back(layer);
@@ -60,7 +62,9 @@ std::string KvLayout::signature(int cache_layer) const {
 
 size_t KvLayout::bytes_per_token() const {
   size_t total = 0;
-  for (const auto& l : layers_) total += 2 * l.codec.token_bytes(l.num_kv_heads, l.head_dim);
+  for (const auto& l : layers_)
+    total += l.codec.token_bytes(l.num_kv_heads, l.head_dim) +
+             l.codec.token_bytes(l.num_kv_heads, l.head_dim, true);
   return total;
 }
 
@@ -75,6 +79,8 @@ PagedKvLayer KvLayout::view(int cache_layer, const PagedKvTables& group_tables) 
   view.dtype = l.codec.element_dtype();
   view.quant_bits = l.codec.bits();
   view.quant_group = l.codec.group();
+  view.value_bits = l.codec.value_bits();
+  view.turbo = l.codec.kind() == KvCodecKind::kTurbo;
   view.window = l.window;
   return view;
 }

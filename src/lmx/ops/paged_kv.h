@@ -14,7 +14,9 @@ namespace lmx {
 // sits at slot p % block_tokens. Inside a block, the layer's keys start k_offset bytes in and its values
 // v_offset bytes in, each [block_tokens, kv_heads, head_dim] of `dtype` (f32 or bf16) — or, when
 // quant_bits > 0, MLX affine codes along head_dim (AffineKvHalf below) with `dtype` (bf16) scales and
-// biases. Positions [first_block * block_tokens, kv_len) are valid.
+// biases; or, when turbo, TurboQuant rows (lmx/quant/turbo.h: quant_bits-bit keys, value_bits-bit rotated
+// values), row slot · kv_heads + head at row · the row's bytes. Positions [first_block * block_tokens,
+// kv_len) are valid.
 struct PagedKvRow {
   std::span<const void* const> blocks;
   int64_t first_block = 0;
@@ -24,6 +26,8 @@ struct PagedKvRow {
   int kv_heads = 0, head_dim = 0;
   DType dtype = DType::kF32;
   int quant_bits = 0, quant_group = 0;
+  int value_bits = 0;
+  bool turbo = false;
 };
 
 // Where one token-head's codes, scales and biases sit inside one half (keys or values) of an affine block:
@@ -73,7 +77,9 @@ struct PagedKvLayer {
   size_t k_offset = 0, v_offset = 0;
   int kv_heads = 0, head_dim = 0;
   DType dtype = DType::kF32;
-  int quant_bits = 0, quant_group = 0;  // > 0: affine codes (PagedKvRow)
+  int quant_bits = 0, quant_group = 0;  // > 0: affine codes, or TurboQuant keys (PagedKvRow)
+  int value_bits = 0;
+  bool turbo = false;
   int window = 0;
 };
 

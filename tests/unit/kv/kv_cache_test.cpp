@@ -7,6 +7,7 @@
 #include "lmx/ops/cpu/affine_kv.h"
 #include "lmx/ops/ops.h"
 #include "lmx/quant/affine.h"
+#include "lmx/quant/turbo.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -31,8 +32,26 @@ Tensor rounded_to_bf16(const Tensor& t) {
 
 // What a codec keeps of t [tokens, heads, head_dim]: t itself (f32), rounded through bf16, or the affine
 // reference codec's quantize-then-dequantize along head_dim (lmx/quant/affine.h).
-Tensor stored(const KvCodec& codec, const Tensor& t) {
+Tensor stored(const KvCodec& codec, const Tensor& t, bool values) {
   if (codec.kind() == KvCodecKind::kBf16) return rounded_to_bf16(t);
+  if (codec.kind() == KvCodecKind::kTurbo) {
+    // TurboQuant: each token-head row through the codec (values rotated back).
+    Tensor out = t.contiguous();
+    const int d = static_cast<int>(t.dim(2));
+    std::vector<std::byte> row(quant::turbo_key_bytes(d, 8) + quant::turbo_value_bytes(d, 4));
+    for (int64_t r = 0; r < t.dim(0) * t.dim(1); ++r) {
+      float* x = out.data<float>() + r * d;
+      if (values) {
+        quant::turbo_quantize_value(x, d, codec.value_bits(), row.data());
+        quant::turbo_dequantize_value_rotated(row.data(), d, codec.value_bits(), x);
+        quant::turbo_unrotate(x, d);
+      } else {
+        quant::turbo_quantize_key(x, d, codec.bits(), row.data());
+        quant::turbo_dequantize_key(row.data(), d, codec.bits(), x);
+      }
+    }
+    return out;
+  }
   if (!codec.quantized()) return t;
   return quant::dequantize_affine(
       quant::quantize_affine(t, codec.bits(), codec.group(), DType::kBF16, quant::AffineRounding::kMlxGpu));
@@ -68,8 +87,8 @@ class Tracked {
     const HostKvStep host(*cache_, {&row, 1});
     const int64_t width = static_cast<int64_t>(g_.num_kv_heads) * g_.head_dim;
     ops::paged_kv_append(host.step(), host.layer(0), k.reshape({count, width}), v.reshape({count, width}));
-    k_ = concat(k_, stored(cache_->layout().codec(), k));
-    v_ = concat(v_, stored(cache_->layout().codec(), v));
+    k_ = concat(k_, stored(cache_->layout().codec(), k, false));
+    v_ = concat(v_, stored(cache_->layout().codec(), v, true));
     Tensor q = test::random_tensor({count, g_.num_kv_heads * 2, g_.head_dim});
     Tensor out = Tensor::zeros(q.shape(), DType::kF32), expected = Tensor::zeros(q.shape(), DType::kF32);
     Tensor out2 = out.reshape({count, 2 * width});
@@ -77,8 +96,13 @@ class Tracked {
     const int64_t done = seq_->length();
     ops::attention(q, k_, v_, iota_positions(done, count), iota_positions(0, done + count), g_.window, 0.5f,
                    expected);
-    EXPECT_TRUE(bit_equal(out, expected))
-        << "after " << done << " + " << count << ": max diff " << test::max_abs_diff(out, expected);
+    if (cache_->layout().codec().kind() == KvCodecKind::kTurbo) {
+      // Values summed in the rotated space and rotated back once: equal up to f32 rounding.
+      EXPECT_LT(test::max_abs_diff(out, expected), 2e-5f) << "after " << done << " + " << count;
+    } else {
+      EXPECT_TRUE(bit_equal(out, expected))
+          << "after " << done << " + " << count << ": max diff " << test::max_abs_diff(out, expected);
+    }
     KvCache::commit({&row, 1});
   }
   void truncate(int64_t length) {
@@ -154,6 +178,26 @@ TEST(KvCache, AffineStorageMatchesAttentionOverDequantizedKeys) {
   }
 }
 
+// TurboQuant blocks: attention over the codec's keys and rotated values (rotated back once per output row)
+// equals attention over the decoded history, up to that rotation's rounding; every key and value width.
+TEST(KvCache, TurboStorageMatchesAttentionOverDecodedKeys) {
+  for (const char* spec : {"turbo", "turbo:k8v4", "turbo:k4v3", "turbo:k8v2", "turbo:k4v4"}) {
+    SCOPED_TRACE(spec);
+    const KvCodec codec = KvCodec::parse(spec);
+    check_chunks({2, 64, 0}, 4, {5, 1, 9, 1}, codec);
+    check_chunks({1, 128, 6}, 4, {9, 1, 1, 4, 1}, codec);
+    check_chunks({2, 32, 0}, 16, {20, 1, 1, 40, 1}, codec);
+    KvLayerGeometry g{2, 64, 0};
+    KvCache cache(std::span(&g, 1), options(8, codec), host_kv_memory());
+    Tracked t(cache, g);
+    t.step(13);
+    Tracked f = t.fork(11);
+    f.step(3);
+    t.truncate(6);
+    t.step(4);
+  }
+}
+
 // The host row codec gives the reference codec's codes, scales and biases bit for bit.
 TEST(KvCache, AffineRowCodecMatchesTheReference) {
   for (int bits : {4, 8})
@@ -197,6 +241,15 @@ TEST(KvCache, CodecSpecsNamesAndBytes) {
   EXPECT_EQ(KvCodec::parse("affine8:g32").token_bytes(2, 256), 2u * (256 + 4 * 8));
   EXPECT_EQ(KvCodec::parse("bf16").token_bytes(2, 256), 2u * 512);
   EXPECT_THROW(KvCodec::parse("affine4:g32").token_bytes(1, 48), InvalidArgument);
+  EXPECT_EQ(KvCodec::parse("turbo").name(), "turbo:k8v3");
+  for (const char* spec : {"turbo:k8v4", "turbo:k4v3", "turbo:k8v2", "turbo:k4v2"})
+    EXPECT_EQ(KvCodec::parse(spec).name(), spec);
+  // d = 128, k8v3: keys 128 + 4 blocks × (f16 scale + zero) = 144, values 48 + 4 × f16 σ = 56 (2.56× bf16).
+  EXPECT_EQ(KvCodec::parse("turbo").token_bytes(1, 128), 144u);
+  EXPECT_EQ(KvCodec::parse("turbo").token_bytes(1, 128, true), 56u);
+  EXPECT_THROW(KvCodec::parse("turbo").token_bytes(1, 96), InvalidArgument);
+  for (const char* bad : {"turbo:k8v5", "turbo:k2v3", "turbo:k8", "turbo:", "turbo:k8v3x", "turbo:v3k8"})
+    EXPECT_THROW(KvCodec::parse(bad), InvalidArgument) << bad;
   for (const char* bad : {"affine", "affine3", "affine4:", "affine4:64", "affine4:g16", "affine4:g64x",
                           "affine16", "AFFINE4", "affine4:g"})
     EXPECT_THROW(KvCodec::parse(bad), InvalidArgument) << bad;

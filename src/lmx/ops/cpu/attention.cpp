@@ -5,6 +5,7 @@
 #include "lmx/ops/cpu/checks.h"
 #include "lmx/ops/cpu/kernels.h"
 #include "lmx/ops/ops.h"
+#include "lmx/quant/turbo.h"
 
 #include <algorithm>
 #include <cmath>
@@ -42,6 +43,7 @@ struct ContiguousKeys {
   void add_value(float p, int64_t j, int64_t g, float* out, int64_t dv) const {
     cpu::axpy(p, vb + j * v_st + g * v_sh, out, dv);
   }
+  void finish_value(float*, int64_t) const {}
 };
 
 // Keys and values in blocks (PagedKvRow): stored key j is position first_position + j. Affine blocks are
@@ -53,7 +55,8 @@ struct PagedKeys {
   int64_t row_elems;  // kv_heads * head_dim
 
   int64_t position(int64_t j) const { return first_position + j; }
-  bool affine() const { return kv.quant_bits > 0; }
+  bool affine() const { return kv.quant_bits > 0 && !kv.turbo; }
+  bool decoded() const { return kv.quant_bits > 0; }  // affine or TurboQuant: dequantized in the loop
   AffineKvHalf half() const {
     return {kv.block_tokens, kv.kv_heads, kv.head_dim, kv.quant_bits, kv.quant_group};
   }
@@ -68,10 +71,21 @@ struct PagedKeys {
     return block_of(j) + offset +
            static_cast<size_t>((p % kv.block_tokens) * row_elems + g * kv.head_dim) * elem;
   }
-  // Head g of stored key or value j, dequantized into `out` [head_dim].
+  // Head g of stored key or value j, dequantized into `out` [head_dim] (TurboQuant values: rotated).
   void dequantize(size_t offset, int64_t j, int64_t g, float* out) const {
-    const AffineKvHalf h = half();
     const int64_t at = (first_position + j) % kv.block_tokens * kv.kv_heads + g;
+    if (kv.turbo) {
+      const bool value = offset == kv.v_offset;
+      const size_t row_bytes = value ? quant::turbo_value_bytes(kv.head_dim, kv.value_bits)
+                                     : quant::turbo_key_bytes(kv.head_dim, kv.quant_bits);
+      const std::byte* row = block_of(j) + offset + static_cast<size_t>(at) * row_bytes;
+      if (value)
+        quant::turbo_dequantize_value_rotated(row, kv.head_dim, kv.value_bits, out);
+      else
+        quant::turbo_dequantize_key(row, kv.head_dim, kv.quant_bits, out);
+      return;
+    }
+    const AffineKvHalf h = half();
     const std::byte* base = block_of(j) + offset;
     cpu::dequantize_affine_row(reinterpret_cast<const uint32_t*>(base + h.codes_at(at)),
                                reinterpret_cast<const uint16_t*>(base + h.scales_at(at)),
@@ -84,7 +98,7 @@ struct PagedKeys {
     for (int64_t j = lo; j < hi;) {
       const int64_t p = first_position + j;
       const int64_t run = std::min(hi - j, kv.block_tokens - p % kv.block_tokens);  // keys left in this block
-      if (affine()) {
+      if (decoded()) {
         tile.resize(static_cast<size_t>(run * kv.head_dim));
         for (int64_t i = 0; i < run; ++i) dequantize(kv.k_offset, j + i, g, tile.data() + i * kv.head_dim);
         args.w = tile.data();
@@ -100,8 +114,12 @@ struct PagedKeys {
       j += run;
     }
   }
+  // After the normalised Σ p·v of one query head: TurboQuant values were summed in the rotated space.
+  void finish_value(float* out, int64_t dv) const {
+    if (kv.turbo) quant::turbo_unrotate(out, static_cast<int>(dv));
+  }
   void add_value(float p, int64_t j, int64_t g, float* out, int64_t dv) const {
-    if (affine()) {
+    if (decoded()) {
       thread_local std::vector<float> value;
       value.resize(static_cast<size_t>(kv.head_dim));
       dequantize(kv.v_offset, j, g, value.data());
@@ -187,6 +205,7 @@ void attend(const Tensor& q, const Keys& keys, int64_t hkv, int64_t dv, std::spa
                      }
                      const float inv = 1.0f / sum;
                      for (int64_t c = 0; c < dv; ++c) orow[c] *= inv;
+                     keys.finish_value(orow, dv);
                    }
                  }
                });
@@ -227,8 +246,11 @@ void paged_attention(const Tensor& q, const PagedKvRow& kv, std::span<const int3
   LMX_REQUIRE(InvalidArgument,
               kv.kv_heads > 0 && hq % kv.kv_heads == 0 && kv.head_dim == d && kv.block_tokens > 0 &&
                   (kv.dtype == DType::kF32 || kv.dtype == DType::kBF16) &&
-                  (kv.quant_bits == 0 || ((kv.quant_bits == 4 || kv.quant_bits == 8) && kv.quant_group > 0 &&
-                                          kv.head_dim % kv.quant_group == 0 && kv.dtype == DType::kBF16)),
+                  (kv.quant_bits == 0 ||
+                   (kv.turbo && (kv.quant_bits == 4 || kv.quant_bits == 8) && kv.value_bits >= 2 &&
+                    kv.value_bits <= 4 && quant::turbo_head_dim_ok(static_cast<int>(kv.head_dim))) ||
+                   ((kv.quant_bits == 4 || kv.quant_bits == 8) && kv.quant_group > 0 &&
+                    kv.head_dim % kv.quant_group == 0 && kv.dtype == DType::kBF16)),
               "paged attention: q {} against {} kv heads of {} ({} blocks of {} tokens, {}, {}-bit codes in "
               "groups of {})",
               shape_string(q.shape()), kv.kv_heads, kv.head_dim, kv.blocks.size(), kv.block_tokens,

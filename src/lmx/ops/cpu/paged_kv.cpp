@@ -2,6 +2,7 @@
 #include "lmx/core/half.h"
 #include "lmx/ops/cpu/affine_kv.h"
 #include "lmx/ops/ops.h"
+#include "lmx/quant/turbo.h"
 
 #include <cstring>
 #include <vector>
@@ -33,6 +34,8 @@ PagedKvRow row_view(const PagedKvStep& step, const PagedKvLayer& kv, int64_t r) 
   row.dtype = kv.dtype;
   row.quant_bits = kv.quant_bits;
   row.quant_group = kv.quant_group;
+  row.value_bits = kv.value_bits;
+  row.turbo = kv.turbo;
   return row;
 }
 }  // namespace
@@ -41,7 +44,8 @@ void paged_kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tens
   const int64_t width = static_cast<int64_t>(kv.kv_heads) * kv.head_dim;
   require_rows(k, step.tokens, width, "k");
   require_rows(v, step.tokens, width, "v");
-  const bool affine = kv.quant_bits > 0;
+  const bool turbo = kv.turbo;
+  const bool affine = kv.quant_bits > 0 && !turbo;
   const bool bf16 = kv.dtype == DType::kBF16;
   LMX_REQUIRE(InvalidArgument, bf16 || (kv.dtype == DType::kF32 && !affine), "paged KV: {} storage",
               dtype_name(kv.dtype));
@@ -50,6 +54,10 @@ void paged_kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tens
                           kv.head_dim % kv.quant_group == 0),
               "paged KV: affine {} bits in groups of {} over head_dim {}", kv.quant_bits, kv.quant_group,
               kv.head_dim);
+  LMX_REQUIRE(InvalidArgument,
+              !turbo || ((kv.quant_bits == 4 || kv.quant_bits == 8) && kv.value_bits >= 2 &&
+                         kv.value_bits <= 4 && quant::turbo_head_dim_ok(kv.head_dim)),
+              "paged KV: TurboQuant k{}v{} over head_dim {}", kv.quant_bits, kv.value_bits, kv.head_dim);
   const AffineKvHalf half{step.block_tokens, kv.kv_heads, kv.head_dim, kv.quant_bits, kv.quant_group};
   const size_t elem = bf16 ? 2 : 4;
   for (int64_t t = 0; t < step.tokens; ++t) {
@@ -62,6 +70,18 @@ void paged_kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tens
     const float* src[2] = {k.data<float>() + t * k.strides()[0], v.data<float>() + t * v.strides()[0]};
     std::byte* halves[2] = {block + kv.k_offset, block + kv.v_offset};
     for (int i = 0; i < 2; ++i) {
+      if (turbo) {
+        const size_t row_bytes = i == 0 ? quant::turbo_key_bytes(kv.head_dim, kv.quant_bits)
+                                        : quant::turbo_value_bytes(kv.head_dim, kv.value_bits);
+        for (int h = 0; h < kv.kv_heads; ++h) {
+          std::byte* dst = halves[i] + static_cast<size_t>(slot_index * kv.kv_heads + h) * row_bytes;
+          if (i == 0)
+            quant::turbo_quantize_key(src[i] + h * kv.head_dim, kv.head_dim, kv.quant_bits, dst);
+          else
+            quant::turbo_quantize_value(src[i] + h * kv.head_dim, kv.head_dim, kv.value_bits, dst);
+        }
+        continue;
+      }
       if (affine) {
         for (int h = 0; h < kv.kv_heads; ++h) {
           const int64_t at = slot_index * kv.kv_heads + h;

@@ -1,0 +1,192 @@
+// The TurboQuant KV codec's rows (turbo.h).
+#include "lmx/quant/turbo.h"
+
+#include "lmx/core/half.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+
+namespace lmx::quant {
+namespace {
+
+constexpr std::array<float, 4> kCentroids2 = {-1.5104f, -0.4528f, 0.4528f, 1.5104f};
+constexpr std::array<float, 8> kCentroids3 = {-2.1520f, -1.3440f, -0.7560f, -0.2451f,
+                                              0.2451f,  0.7560f,  1.3440f,  2.1520f};
+constexpr std::array<float, 16> kCentroids4 = {-2.7326f, -2.0690f, -1.6181f, -1.2562f, -0.9424f, -0.6568f,
+                                               -0.3881f, -0.1284f, 0.1284f,  0.3881f,  0.6568f,  0.9424f,
+                                               1.2562f,  1.6181f,  2.0690f,  2.7326f};
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Sign bits for up to 4096 elements.
+const std::array<uint64_t, 64>& sign_words() {
+  static const std::array<uint64_t, 64> words = [] {
+    std::array<uint64_t, 64> w{};
+    uint64_t state = 0x74757262'6f716e74ull;  // "turboqnt"
+    for (auto& word : w) word = splitmix64(state);
+    return w;
+  }();
+  return words;
+}
+
+// Unnormalised Walsh–Hadamard butterflies, then the 1/sqrt(d) scale.
+void hadamard(float* x, int d) {
+  for (int len = 1; len < d; len <<= 1)
+    for (int i = 0; i < d; i += 2 * len)
+      for (int j = i; j < i + len; ++j) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+  const float norm = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int i = 0; i < d; ++i) x[i] *= norm;
+}
+
+void put_bits(std::byte* stream, int index, int bits, uint32_t code) {
+  for (int b = 0; b < bits; ++b)
+    if (code >> b & 1u) {
+      const int bit = index * bits + b;
+      stream[bit / 8] |= std::byte{static_cast<uint8_t>(1u << (bit % 8))};
+    }
+}
+
+// Code `index` of a stream of `stream_bytes` bytes (bits ≤ 8, so it lies within two bytes).
+uint32_t get_bits(const std::byte* stream, int index, int bits, size_t stream_bytes) {
+  const int bit = index * bits;
+  const auto at = static_cast<size_t>(bit / 8);
+  uint32_t window = std::to_integer<uint8_t>(stream[at]);
+  if (at + 1 < stream_bytes) window |= static_cast<uint32_t>(std::to_integer<uint8_t>(stream[at + 1])) << 8;
+  return (window >> (bit % 8)) & ((1u << bits) - 1u);
+}
+
+uint16_t get_u16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+void put_u16(std::byte* p, uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
+
+}  // namespace
+
+bool turbo_head_dim_ok(int head_dim) {
+  return head_dim >= kTurboBlock && head_dim <= 4096 && (head_dim & (head_dim - 1)) == 0;
+}
+
+size_t turbo_key_bytes(int head_dim, int key_bits) {
+  return static_cast<size_t>(head_dim * key_bits / 8 + head_dim / kTurboBlock * 4);
+}
+size_t turbo_value_bytes(int head_dim, int value_bits) {
+  return static_cast<size_t>(head_dim * value_bits / 8 + head_dim / kTurboBlock * 2);
+}
+
+float turbo_sign(int i) {
+  return (sign_words()[static_cast<size_t>(i / 64)] >> (i % 64) & 1u) ? -1.0f : 1.0f;
+}
+
+std::span<const float> turbo_centroids(int bits) {
+  if (bits == 2) return kCentroids2;
+  if (bits == 3) return kCentroids3;
+  return kCentroids4;
+}
+
+void turbo_rotate(float* x, int head_dim) {
+  for (int i = 0; i < head_dim; ++i) x[i] *= turbo_sign(i);
+  hadamard(x, head_dim);
+}
+
+void turbo_unrotate(float* x, int head_dim) {
+  hadamard(x, head_dim);
+  for (int i = 0; i < head_dim; ++i) x[i] *= turbo_sign(i);
+}
+
+void turbo_quantize_key(const float* x, int head_dim, int bits, std::byte* out) {
+  const size_t code_bytes = static_cast<size_t>(head_dim * bits / 8);
+  std::memset(out, 0, code_bytes);
+  std::byte* params = out + code_bytes;
+  for (int b = 0; b < head_dim / kTurboBlock; ++b) {
+    const float* v = x + b * kTurboBlock;
+    float lo = v[0], hi = v[0];
+    for (int j = 1; j < kTurboBlock; ++j) {
+      lo = std::min(lo, v[j]);
+      hi = std::max(hi, v[j]);
+    }
+    float scale = 0.0f, zero = 0.0f;
+    int lowest = 0, highest = 0;
+    if (bits == 8) {
+      scale = std::max((hi - lo) / 254.0f, std::fabs(hi + lo) / 4096.0f);
+      lowest = -127;
+      highest = 127;
+    } else {
+      scale = std::max((hi - lo) / 15.0f, std::fabs(lo) / 2048.0f);
+      highest = 15;
+    }
+    if (!(scale > 0.0f)) scale = 1.0f;  // an all-zero block (or non-finite input)
+    scale = f16_to_f32(f32_to_f16(scale));
+    zero = bits == 8 ? std::round((hi + lo) / (2.0f * scale)) : std::round(lo / scale);
+    for (int j = 0; j < kTurboBlock; ++j) {
+      const float q = std::clamp(std::round(v[j] / scale - zero), static_cast<float>(lowest),
+                                 static_cast<float>(highest));
+      put_bits(out, b * kTurboBlock + j, bits,
+               static_cast<uint32_t>(static_cast<int32_t>(q)) & ((1u << bits) - 1u));
+    }
+    put_u16(params + b * 4, f32_to_f16(scale));
+    put_u16(params + b * 4 + 2, f32_to_f16(zero));
+  }
+}
+
+void turbo_dequantize_key(const std::byte* in, int head_dim, int bits, float* x) {
+  const std::byte* params = in + head_dim * bits / 8;
+  for (int b = 0; b < head_dim / kTurboBlock; ++b) {
+    const float scale = f16_to_f32(get_u16(params + b * 4)), zero = f16_to_f32(get_u16(params + b * 4 + 2));
+    for (int j = 0; j < kTurboBlock; ++j) {
+      const uint32_t code = get_bits(in, b * kTurboBlock + j, bits, static_cast<size_t>(head_dim * bits / 8));
+      const int idx = bits == 8 ? static_cast<int8_t>(code) : static_cast<int>(code);
+      x[b * kTurboBlock + j] = (static_cast<float>(idx) + zero) * scale;
+    }
+  }
+}
+
+void turbo_quantize_value(const float* x, int head_dim, int bits, std::byte* out) {
+  float y[4096];
+  std::copy(x, x + head_dim, y);
+  turbo_rotate(y, head_dim);
+  const size_t code_bytes = static_cast<size_t>(head_dim * bits / 8);
+  std::memset(out, 0, code_bytes);
+  const std::span<const float> c = turbo_centroids(bits);
+  for (int b = 0; b < head_dim / kTurboBlock; ++b) {
+    const float* v = y + b * kTurboBlock;
+    float squares = 0.0f;
+    for (int j = 0; j < kTurboBlock; ++j) squares += v[j] * v[j];
+    const float sigma = f16_to_f32(f32_to_f16(std::sqrt(squares / kTurboBlock)));
+    for (int j = 0; j < kTurboBlock; ++j) {
+      const float t = sigma > 0.0f ? v[j] / sigma : 0.0f;
+      // The cell: the number of boundaries (centroid midpoints) below t.
+      uint32_t idx = 0;
+      while (idx + 1 < c.size() && t > 0.5f * (c[idx] + c[idx + 1])) ++idx;
+      put_bits(out, b * kTurboBlock + j, bits, idx);
+    }
+    put_u16(out + code_bytes + b * 2, f32_to_f16(sigma));
+  }
+}
+
+void turbo_dequantize_value_rotated(const std::byte* in, int head_dim, int bits, float* y) {
+  const std::byte* sigmas = in + head_dim * bits / 8;
+  const std::span<const float> c = turbo_centroids(bits);
+  for (int b = 0; b < head_dim / kTurboBlock; ++b) {
+    const float sigma = f16_to_f32(get_u16(sigmas + b * 2));
+    for (int j = 0; j < kTurboBlock; ++j)
+      y[b * kTurboBlock + j] =
+          c[get_bits(in, b * kTurboBlock + j, bits, static_cast<size_t>(head_dim * bits / 8))] * sigma;
+  }
+}
+
+}  // namespace lmx::quant
