@@ -156,6 +156,19 @@ TEST(KvCache, Bf16StorageMatchesAttentionOverRoundedKeys) {
   check_chunks({1, 16, 6}, 4, {9, 1, 1, 4, 1}, KvCodec(KvCodecKind::kBf16));
 }
 
+// A fork sharing two full blocks and copying the partial third, steps on both, and a rewind, each step
+// checked against attention over the tracked history.
+void check_fork_and_rewind(const KvLayerGeometry& g, const KvCodec& codec) {
+  KvCache cache(std::span(&g, 1), options(8, codec), host_kv_memory());
+  Tracked t(cache, g);
+  t.step(13);
+  Tracked f = t.fork(11);
+  f.step(3);
+  t.step(1);
+  t.truncate(6);
+  t.step(4);
+}
+
 // Attention reads affine blocks directly (dequantizing inside its loop) and equals attention over the
 // reference codec's dequantized history, bit for bit: full and sliding layers, every bits and group, blocks
 // of 1 to 64 tokens, forks and rewinds.
@@ -166,15 +179,7 @@ TEST(KvCache, AffineStorageMatchesAttentionOverDequantizedKeys) {
     check_chunks({2, 128, 0}, 4, {5, 1, 9, 1}, codec);
     check_chunks({1, 128, 6}, 4, {9, 1, 1, 4, 1}, codec);
     for (int bt : {1, 16, 64}) check_chunks({2, 128, 0}, bt, {20, 1, 1, 70, 1}, codec);
-    KvLayerGeometry g{2, 128, 0};
-    KvCache cache(std::span(&g, 1), options(8, codec), host_kv_memory());
-    Tracked t(cache, g);
-    t.step(13);
-    Tracked f = t.fork(11);  // shares two blocks, copies the partial third
-    f.step(3);
-    t.step(1);
-    t.truncate(6);
-    t.step(4);
+    check_fork_and_rewind({2, 128, 0}, codec);
   }
 }
 
@@ -187,14 +192,7 @@ TEST(KvCache, TurboStorageMatchesAttentionOverDecodedKeys) {
     check_chunks({2, 64, 0}, 4, {5, 1, 9, 1}, codec);
     check_chunks({1, 128, 6}, 4, {9, 1, 1, 4, 1}, codec);
     check_chunks({2, 32, 0}, 16, {20, 1, 1, 40, 1}, codec);
-    KvLayerGeometry g{2, 64, 0};
-    KvCache cache(std::span(&g, 1), options(8, codec), host_kv_memory());
-    Tracked t(cache, g);
-    t.step(13);
-    Tracked f = t.fork(11);
-    f.step(3);
-    t.truncate(6);
-    t.step(4);
+    check_fork_and_rewind({2, 64, 0}, codec);
   }
 }
 
