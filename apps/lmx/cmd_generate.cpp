@@ -49,99 +49,98 @@ Verb add_generate(CLI::App& app) {
       "--json", opt->json,
       "Print {\"tokens\", \"text\", \"finish_reason\", \"prompt_tok_s\", \"decode_tok_s\", \"kv_bytes\"} as "
       "JSON");
-  return {cmd, [opt, ids, raw, chat] {
-            if (!ids->count() && !raw->count() && !chat->count())
-              throw InvalidArgument("generate needs --prompt-ids, --prompt or --chat");
-            apply_threads(opt->threads);
-            opt->model = model_or_default(opt->model);
-            std::optional<Tokenizer> tokenizer;
-            if (raw->count() || chat->count() || path_exists(join_path(opt->model, "tokenizer.json")))
-              tokenizer = Tokenizer::load(opt->model);
-            std::vector<int32_t> prompt;
-            if (ids->count()) {
-              prompt = parse_ids(opt->prompt_ids);
-            } else if (raw->count()) {
-              prompt = tokenizer->encode(opt->prompt, /*add_special_tokens=*/true);
-            } else {
-              nlohmann::ordered_json messages = {{{"role", "user"}, {"content", opt->chat}}};
-              std::string rendered = render_chat(*tokenizer, messages, nullptr, true, std::nullopt);
-              prompt = tokenizer->encode(rendered, /*add_special_tokens=*/false);  // the template wrote <bos>
-            }
-            LMX_REQUIRE(InvalidArgument, !prompt.empty(), "the prompt is empty");
-            // Greedy unless a flag asks for sampling (generation_config.json's defaults are chat's).
-            SamplingParams greedy;
-            greedy.temperature = 0;
-            const SamplingParams sampling = sampling_params(opt->sampling, greedy, "the defaults");
-            auto model = load_language_model(opt->model, opt->flags);
-            require_within_context(
-                *model, static_cast<int64_t>(prompt.size()) + opt->max_tokens,
-                fmt::format("the prompt ({} tokens) and --max-tokens {}", prompt.size(), opt->max_tokens));
-            GenerationRequest request;
-            request.prompt = prompt;
-            request.sampling = sampling;
-            request.max_tokens = opt->max_tokens;
-            request.stop_token_ids = load_generation_config(opt->model).eos_token_ids;
-            if (request.stop_token_ids.empty())
-              for (int id : model->description().eos_token_ids) request.stop_token_ids.push_back(id);
-            // The conversation keeps the sequence's KV after the request, to report the bytes it held.
-            request.conversation = std::make_shared<Conversation>();
-            auto conversation = request.conversation;
-            EngineOptions engine_options;
-            engine_options.scheduler.prefill_chunk_tokens =
-                opt->prefill_chunk > 0 ? opt->prefill_chunk : static_cast<int64_t>(prompt.size());
-            engine_options.scheduler.step_tokens = engine_options.scheduler.prefill_chunk_tokens;
-            Engine engine(*model, tokenizer ? &*tokenizer : nullptr, engine_options);
+  return {
+      cmd, [opt, ids, raw, chat] {
+        if (!ids->count() && !raw->count() && !chat->count())
+          throw InvalidArgument("generate needs --prompt-ids, --prompt or --chat");
+        apply_threads(opt->threads);
+        opt->model = model_or_default(opt->model);
+        std::optional<Tokenizer> tokenizer;
+        if (raw->count() || chat->count() || path_exists(join_path(opt->model, "tokenizer.json")))
+          tokenizer = Tokenizer::load(opt->model);
+        std::vector<int32_t> prompt;
+        if (ids->count()) {
+          prompt = parse_ids(opt->prompt_ids);
+        } else if (raw->count()) {
+          prompt = tokenizer->encode(opt->prompt, /*add_special_tokens=*/true);
+        } else {
+          nlohmann::ordered_json messages = {{{"role", "user"}, {"content", opt->chat}}};
+          std::string rendered = render_chat(*tokenizer, messages, nullptr, true, std::nullopt);
+          prompt = tokenizer->encode(rendered, /*add_special_tokens=*/false);  // the template wrote <bos>
+        }
+        LMX_REQUIRE(InvalidArgument, !prompt.empty(), "the prompt is empty");
+        // Greedy unless a flag asks for sampling (generation_config.json's defaults are chat's).
+        SamplingParams greedy;
+        greedy.temperature = 0;
+        const SamplingParams sampling = sampling_params(opt->sampling, greedy, "the defaults");
+        auto model = load_language_model(opt->model, opt->flags);
+        require_within_context(
+            *model, static_cast<int64_t>(prompt.size()) + opt->max_tokens,
+            fmt::format("the prompt ({} tokens) and --max-tokens {}", prompt.size(), opt->max_tokens));
+        GenerationRequest request;
+        request.prompt = prompt;
+        request.sampling = sampling;
+        request.max_tokens = opt->max_tokens;
+        request.stop_token_ids = load_generation_config(opt->model).eos_token_ids;
+        if (request.stop_token_ids.empty())
+          for (int id : model->description().eos_token_ids) request.stop_token_ids.push_back(id);
+        // The conversation keeps the sequence's KV after the request, to report the bytes it held.
+        request.conversation = std::make_shared<Conversation>();
+        auto conversation = request.conversation;
+        EngineOptions engine_options;
+        engine_options.scheduler.prefill_chunk_tokens =
+            opt->prefill_chunk > 0 ? opt->prefill_chunk : static_cast<int64_t>(prompt.size());
+        engine_options.scheduler.step_tokens = engine_options.scheduler.prefill_chunk_tokens;
+        Engine engine(*model, tokenizer ? &*tokenizer : nullptr, engine_options);
 
-            using Clock = std::chrono::steady_clock;
-            const auto start = Clock::now();
-            double first_token_s = 0;
-            std::vector<int32_t> tokens;
-            std::string text, error;
-            FinishReason finish = FinishReason::kLength;
-            engine.submit(std::move(request), [&](const RequestEvent& event) {
-              if (tokens.empty() && !event.tokens.empty())
-                first_token_s = std::chrono::duration<double>(Clock::now() - start).count();
-              tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
-              text += event.text;
-              if (!opt->json) {
-                if (tokenizer) {
-                  std::fwrite(event.text.data(), 1, event.text.size(), stdout);
-                } else {
-                  for (int32_t t : event.tokens) std::printf("%d ", t);
-                }
-                std::fflush(stdout);
-              }
-              if (event.finish) {
-                finish = *event.finish;
-                error = event.error;
-              }
-            });
-            engine.run_until_idle();
-            LMX_REQUIRE(Error, finish != FinishReason::kError, "{}", error);
-            const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
-            const double prompt_tok_s =
-                first_token_s > 0 ? static_cast<double>(prompt.size()) / first_token_s : 0;
-            const double decode_tok_s =
-                tokens.size() > 1 && total_s > first_token_s
-                    ? static_cast<double>(tokens.size() - 1) / (total_s - first_token_s)
-                    : 0;
-            const size_t kv_bytes = conversation->sequence ? model->kv_bytes(*conversation->sequence) : 0;
-            if (opt->json) {
-              nlohmann::json out = {{"tokens", tokens},
-                                    {"finish_reason", finish_reason_name(finish)},
-                                    {"prompt_tok_s", prompt_tok_s},
-                                    {"decode_tok_s", decode_tok_s},
-                                    {"kv_bytes", kv_bytes}};
-              if (tokenizer) out["text"] = text;
-              std::printf("%s\n", out.dump().c_str());
+        using Clock = std::chrono::steady_clock;
+        const auto start = Clock::now();
+        double first_token_s = 0;
+        std::vector<int32_t> tokens;
+        std::string text, error;
+        FinishReason finish = FinishReason::kLength;
+        engine.submit(std::move(request), [&](const RequestEvent& event) {
+          if (tokens.empty() && !event.tokens.empty())
+            first_token_s = std::chrono::duration<double>(Clock::now() - start).count();
+          tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
+          text += event.text;
+          if (!opt->json) {
+            if (tokenizer) {
+              std::fwrite(event.text.data(), 1, event.text.size(), stdout);
             } else {
-              std::printf("\nprompt: %zu tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
-                          prompt.size(), prompt_tok_s, tokens.size(), decode_tok_s,
-                          format_bytes(kv_bytes).c_str(),
-                          std::string(model->kv_cache().layout().codec().name()).c_str());
+              for (int32_t t : event.tokens) std::printf("%d ", t);
             }
-            return 0;
-          }};
+            std::fflush(stdout);
+          }
+          if (event.finish) {
+            finish = *event.finish;
+            error = event.error;
+          }
+        });
+        engine.run_until_idle();
+        LMX_REQUIRE(Error, finish != FinishReason::kError, "{}", error);
+        const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
+        const double prompt_tok_s =
+            first_token_s > 0 ? static_cast<double>(prompt.size()) / first_token_s : 0;
+        const double decode_tok_s = tokens.size() > 1 && total_s > first_token_s
+                                        ? static_cast<double>(tokens.size() - 1) / (total_s - first_token_s)
+                                        : 0;
+        const size_t kv_bytes = conversation->sequence ? model->kv_bytes(*conversation->sequence) : 0;
+        if (opt->json) {
+          nlohmann::json out = {{"tokens", tokens},
+                                {"finish_reason", finish_reason_name(finish)},
+                                {"prompt_tok_s", prompt_tok_s},
+                                {"decode_tok_s", decode_tok_s},
+                                {"kv_bytes", kv_bytes}};
+          if (tokenizer) out["text"] = text;
+          std::printf("%s\n", out.dump().c_str());
+        } else {
+          std::printf("\nprompt: %zu tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
+                      prompt.size(), prompt_tok_s, tokens.size(), decode_tok_s,
+                      format_bytes(kv_bytes).c_str(), model->kv_cache().layout().codec_description().c_str());
+        }
+        return 0;
+      }};
 }
 
 }  // namespace lmx::cli

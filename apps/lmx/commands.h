@@ -44,9 +44,10 @@ Verb add_batch(CLI::App& app);
 // The flags every model-running verb takes: where it runs and how its KV cache is kept.
 struct ModelFlags {
   std::string device = "auto";  // cpu | cuda | cuda:N | auto
-  std::string kv_cache;         // f32 | bf16; empty: the backend's default (f32 on the CPU, bf16 on CUDA)
-  std::string kv_budget;        // bytes (suffixes K, M, G, T: powers of 1024); empty: the default share
-  int kv_block_tokens = 0;      // 0: the default
+  std::string kv_cache;         // a KvCodec spec; empty: the backend's default (f32 on the CPU, bf16 on CUDA)
+  std::string kv_cache_sliding;  // the sliding-window layers' spec; empty: kv_cache's
+  std::string kv_budget;         // bytes (suffixes K, M, G, T: powers of 1024); empty: the default share
+  int kv_block_tokens = 0;       // 0: the default
 };
 // Adds --device, --kv-cache, --kv-budget and --kv-block-tokens to a model-running verb.
 void add_model_options(CLI::App* command, ModelFlags& flags);

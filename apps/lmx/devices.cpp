@@ -88,6 +88,8 @@ void add_model_options(CLI::App* command, ModelFlags& flags) {
       "KV cache codec: f32, bf16, affine4 or affine8 (MLX affine along head_dim, groups of 64; affine4:g32 "
       "etc. for 32 or 128), turbo (TurboQuant k8v3; turbo:k8v4, turbo:k4v3, ...); the quantized ones on the "
       "CPU only so far (default: f32 on the CPU, bf16 on CUDA)");
+  command->add_option("--kv-cache-sliding", flags.kv_cache_sliding,
+                      "KV cache codec of the sliding-window layers, as --kv-cache (default: --kv-cache's)");
   command->add_option("--kv-budget", flags.kv_budget,
                       "Bytes the KV cache may hold, e.g. 8G (default: 90 % of the device's free memory)");
   command->add_option("--kv-block-tokens", flags.kv_block_tokens, "Tokens per KV block (default 64)")
@@ -124,6 +126,13 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
       options.kv_codec = KvCodec::parse(flags.kv_cache);
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(fmt::format("--kv-cache: {}", e.what()));
+    }
+  }
+  if (!flags.kv_cache_sliding.empty()) {
+    try {
+      options.kv_sliding_codec = KvCodec::parse(flags.kv_cache_sliding);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("--kv-cache-sliding: {}", e.what()));
     }
   }
   if (!flags.kv_budget.empty()) options.kv_budget_bytes = parse_bytes(flags.kv_budget, "--kv-budget");

@@ -266,6 +266,12 @@ TEST(Cli, KvCacheFlags) {
     previous = json["kv_bytes"].get<int64_t>();
     EXPECT_EQ(json["tokens"].size(), 6u) << spec;
   }
+  // Sliding layers (8 of the demo's 10) in their own codec: fewer bytes than bf16, more than affine4 alone.
+  const test::RunResult mixed = test::run_lmx(demo + " --kv-cache bf16 --kv-cache-sliding affine4");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
+  const int64_t mixed_bytes = nlohmann::json::parse(mixed.output)["kv_bytes"].get<int64_t>();
+  EXPECT_LT(mixed_bytes, bf16_bytes);
+  EXPECT_GT(mixed_bytes, previous);
   for (const char* spec : {"turbo", "turbo:k8v4", "turbo:k4v2"}) {
     const test::RunResult r = test::run_lmx(demo + " --kv-cache " + spec);
     ASSERT_EQ(r.exit_code, 0) << spec << ": " << r.output;
@@ -279,6 +285,7 @@ TEST(Cli, KvCacheFlags) {
        {Bad{"--kv-cache fp8", "--kv-cache: unknown KV cache codec 'fp8'"},
         Bad{"--kv-cache affine3", "unknown KV cache codec 'affine3'"},
         Bad{"--kv-cache turbo:k8v5", "unknown KV cache codec 'turbo:k8v5'"},
+        Bad{"--kv-cache-sliding q4", "--kv-cache-sliding: unknown KV cache codec 'q4'"},
         Bad{"--kv-cache affine4", "head_dim 32 is not a multiple of the group 64"},
         Bad{"--kv-budget lots", "--kv-budget 'lots'"}, Bad{"--kv-budget 0", "--kv-budget '0'"},
         Bad{"--kv-budget 1K", "more than the whole KV budget of 1024 bytes"},

@@ -7,8 +7,9 @@
 
 namespace lmx {
 
-KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec, int block_tokens)
-    : codec_(codec), block_tokens_(block_tokens) {
+KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec, int block_tokens,
+                   std::optional<KvCodec> sliding_codec)
+    : codec_(codec), sliding_codec_(sliding_codec.value_or(codec)), block_tokens_(block_tokens) {
   LMX_REQUIRE(InvalidArgument, block_tokens >= 1 && block_tokens <= 65536,
               "KV block tokens must be in [1, 65536], got {}", block_tokens);
   for (size_t i = 0; i < model_layers.size(); ++i) {
@@ -31,15 +32,17 @@ KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec,
     layer.num_kv_heads = g.num_kv_heads;
     layer.head_dim = g.head_dim;
     layer.window = g.window;
-    layer.codec = codec;
+    layer.codec = g.window > 0 ? sliding_codec_ : codec_;
+    const KvCodec& layer_codec = layer.codec;
     int group = 0;
     while (group < num_groups() && groups_[static_cast<size_t>(group)].window != g.window) ++group;
     if (group == num_groups()) groups_.push_back({g.window, {}, 0});
     layer.group = group;
     KvGroup& owner = groups_[static_cast<size_t>(group)];
-    const size_t keys = static_cast<size_t>(block_tokens) * codec.token_bytes(g.num_kv_heads, g.head_dim);
+    const size_t keys =
+        static_cast<size_t>(block_tokens) * layer_codec.token_bytes(g.num_kv_heads, g.head_dim);
     const size_t values =
-        static_cast<size_t>(block_tokens) * codec.token_bytes(g.num_kv_heads, g.head_dim, true);
+        static_cast<size_t>(block_tokens) * layer_codec.token_bytes(g.num_kv_heads, g.head_dim, true);
     layer.k_offset = owner.block_bytes;
     layer.v_offset = owner.block_bytes + keys;
     owner.block_bytes += keys + values;
@@ -47,6 +50,11 @@ KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec,
     cache_of_model_layer_.push_back(num_cache_layers());
     layers_.push_back(layer);
   }
+}
+
+std::string KvLayout::codec_description() const {
+  if (sliding_codec_ == codec_) return codec_.name();
+  return codec_.name() + ", sliding " + sliding_codec_.name();
 }
 
 bool KvLayout::owns_cache(int model_layer) const {

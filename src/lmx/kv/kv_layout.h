@@ -6,6 +6,7 @@
 #include "lmx/ops/paged_kv.h"
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,13 +44,19 @@ class KvLayout {
  public:
   // InvalidArgument for a malformed geometry (no heads, a donor that is not an earlier layer owning
   // KV, a sharing layer whose geometry differs from its donor's) or block_tokens outside [1, 65536].
-  KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec, int block_tokens);
+  // Sliding-window layers take `sliding_codec` when given, every other layer `codec`.
+  KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec, int block_tokens,
+           std::optional<KvCodec> sliding_codec = std::nullopt);
 
   int num_model_layers() const { return static_cast<int>(cache_of_model_layer_.size()); }
   int num_cache_layers() const { return static_cast<int>(layers_.size()); }
   int num_groups() const { return static_cast<int>(groups_.size()); }
   int block_tokens() const { return block_tokens_; }
+  // The full-attention layers' codec, and the sliding layers' (the same unless the layout was given one).
   KvCodec codec() const { return codec_; }
+  KvCodec sliding_codec() const { return sliding_codec_; }
+  // "bf16", or "affine4:g64, sliding bf16" when the sliding layers differ: what front ends report.
+  std::string codec_description() const;
 
   // The cache layer model layer `layer` appends to or (when it shares KV) reads its donor's.
   int cache_layer_of(int model_layer) const {
@@ -76,7 +83,7 @@ class KvLayout {
   std::vector<int> cache_of_model_layer_;
   std::vector<KvCacheLayer> layers_;
   std::vector<KvGroup> groups_;
-  KvCodec codec_;
+  KvCodec codec_, sliding_codec_;
   int block_tokens_ = 0;
 };
 

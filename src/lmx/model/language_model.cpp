@@ -57,11 +57,14 @@ LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_
   KvCacheOptions kv;
   kv.codec = options.kv_codec.value_or(
       KvCodec(backend_->device().is_cpu() ? KvCodecKind::kF32 : KvCodecKind::kBf16));
-  LMX_REQUIRE(InvalidArgument, !kv.codec.quantized() || backend_->device().is_cpu(),
-              "--kv-cache {}: the quantized KV codecs run on the CPU backend only so far (CUDA: f32 or bf16)",
-              kv.codec.name());
+  kv.sliding_codec = options.kv_sliding_codec;
+  const KvCodec sliding = kv.sliding_codec.value_or(kv.codec);
+  for (const KvCodec& codec : {kv.codec, sliding})
+    LMX_REQUIRE(InvalidArgument, !codec.quantized() || backend_->device().is_cpu(),
+                "KV codec {}: the quantized KV codecs run on the CPU backend only so far (CUDA: f32 or bf16)",
+                codec.name());
   // The f32 KV cache is the exactness reference: every op of the backend computes in f32 then.
-  backend_->set_exact(kv.codec.kind() == KvCodecKind::kF32);
+  backend_->set_exact(kv.codec.kind() == KvCodecKind::kF32 && sliding.kind() == KvCodecKind::kF32);
   forward_->prepare(*backend_);
   kv.block_tokens = options.kv_block_tokens > 0 ? options.kv_block_tokens : kDefaultKvBlockTokens;
   kv.budget_bytes = options.kv_budget_bytes;

@@ -41,6 +41,8 @@ struct SamplingEntry {
 struct ModelOptions {
   // The KV codec; unset: f32 on the CPU, bf16 on CUDA.
   std::optional<KvCodec> kv_codec;
+  // The sliding-window layers' codec; unset: kv_codec's.
+  std::optional<KvCodec> kv_sliding_codec;
   int kv_block_tokens = 0;     // 0: kDefaultKvBlockTokens
   size_t kv_budget_bytes = 0;  // 0: KvCacheOptions' default share of the backend's free memory
   // Record decode steps (one token per row) as graphs and replay them (backends that support it), one per

@@ -256,6 +256,24 @@ TEST(KvCache, CodecSpecsNamesAndBytes) {
   EXPECT_EQ(layout.bytes_per_token(), 2u * 2 * (128 + 16));
 }
 
+// A separate codec for the sliding-window layers: their signatures, offsets and bytes follow it; the full
+// layers keep the main codec.
+TEST(KvCache, SlidingLayersTakeTheirOwnCodec) {
+  const std::vector<KvLayerGeometry> layers = {{1, 256, 512}, {2, 256, 0}, {1, 256, 512}};
+  KvLayout layout(layers, KvCodec(KvCodecKind::kBf16), 16, KvCodec::parse("affine4"));
+  EXPECT_EQ(layout.signature(0), "kv:affine4:g64:h=1:d=256:window=512");
+  EXPECT_EQ(layout.signature(1), "kv:bf16:h=2:d=256");
+  EXPECT_EQ(layout.codec_description(), "bf16, sliding affine4:g64");
+  const size_t sliding = KvCodec::parse("affine4").token_bytes(1, 256);
+  EXPECT_EQ(layout.layer(2).k_offset, 2 * 16 * sliding);
+  EXPECT_EQ(layout.group(0).block_bytes, 4 * 16 * sliding);
+  EXPECT_EQ(layout.bytes_per_token(), 4 * sliding + 2u * 2 * 256 * 2);
+  KvLayout same(layers, KvCodec(KvCodecKind::kBf16), 16, KvCodec(KvCodecKind::kBf16));
+  EXPECT_EQ(same.codec_description(), "bf16");
+  // A sliding codec in a cache: attention over its blocks as ever.
+  check_chunks({1, 128, 6}, 4, {9, 1, 1, 4, 1}, KvCodec::parse("affine8"));
+}
+
 TEST(KvCache, LayoutGroupsByWindowAndSignatures) {
   const std::vector<KvLayerGeometry> layers = {
       {1, 256, 512}, {2, 512, 0}, {1, 256, 512}, {1, 256, 512, 0}, {2, 512, 0, 1}};
