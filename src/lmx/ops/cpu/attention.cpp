@@ -44,6 +44,8 @@ struct ContiguousKeys {
     cpu::axpy(p, vb + j * v_st + g * v_sh, out, dv);
   }
   void finish_value(float*, int64_t) const {}
+  bool coded_values() const { return false; }
+  void decode_value(int64_t, int64_t, float*) const {}
 };
 
 // Keys and values in blocks (PagedKvRow): stored key j is position first_position + j. Affine blocks are
@@ -118,14 +120,10 @@ struct PagedKeys {
   void finish_value(float* out, int64_t dv) const {
     if (kv.turbo) quant::turbo_unrotate(out, static_cast<int>(dv));
   }
+  // Coded values are decoded (decode_value) once per key for a block of queries; add_value takes the rest.
+  bool coded_values() const { return decoded(); }
+  void decode_value(int64_t j, int64_t g, float* out) const { dequantize(kv.v_offset, j, g, out); }
   void add_value(float p, int64_t j, int64_t g, float* out, int64_t dv) const {
-    if (decoded()) {
-      thread_local std::vector<float> value;
-      value.resize(static_cast<size_t>(kv.head_dim));
-      dequantize(kv.v_offset, j, g, value.data());
-      cpu::axpy(p, value.data(), out, dv);
-      return;
-    }
     const std::byte* v = row(kv.v_offset, j, g);
     if (kv.dtype == DType::kBF16)
       cpu::axpy(p, reinterpret_cast<const uint16_t*>(v), out, dv);
@@ -153,7 +151,7 @@ void attend(const Tensor& q, const Keys& keys, int64_t hkv, int64_t dv, std::spa
   const int64_t work_per_task = kQueryBlock * std::max<int64_t>(tk, 1) * (d + dv);
   parallel_for(hq * q_blocks, std::max<int64_t>(1, (int64_t{1} << 16) / work_per_task),
                [&](int64_t begin, int64_t end) {
-                 std::vector<float> scores;
+                 std::vector<float> scores, sums, value;
                  for (int64_t task = begin; task < end; ++task) {
                    const int64_t h = task / q_blocks, g = h / group;
                    const int64_t i0 = task % q_blocks * kQueryBlock, i1 = std::min(tq, i0 + kQueryBlock);
@@ -182,28 +180,48 @@ void attend(const Tensor& q, const Keys& keys, int64_t hkv, int64_t dv, std::spa
                      args.k = d;
                      keys.scores(args, i1 - i0, g, lo, hi);
                    }
+                   // Each query's probabilities (in place of its scores) and their sum, in key order.
+                   sums.assign(static_cast<size_t>(i1 - i0), 0.0f);
                    for (int64_t i = i0; i < i1; ++i) {
-                     float* orow = ob + (i * hq + h) * dv;
-                     std::memset(orow, 0, static_cast<size_t>(dv) * sizeof(float));
+                     std::memset(ob + (i * hq + h) * dv, 0, static_cast<size_t>(dv) * sizeof(float));
                      if (span == 0) continue;
                      float* s = scores.data() + (i - i0) * span;
                      float max = -std::numeric_limits<float>::infinity();
-                     bool any = false;
                      for (int64_t j = lo; j < hi; ++j) {
                        if (!visible(i, j)) continue;
                        s[j - lo] *= scale;
                        max = std::max(max, s[j - lo]);
-                       any = true;
                      }
-                     if (!any) continue;
-                     float sum = 0.0f;
                      for (int64_t j = lo; j < hi; ++j) {
                        if (!visible(i, j)) continue;
-                       const float p = std::exp(s[j - lo] - max);
-                       sum += p;
-                       keys.add_value(p, j, g, orow, dv);
+                       s[j - lo] = std::exp(s[j - lo] - max);
+                       sums[static_cast<size_t>(i - i0)] += s[j - lo];
                      }
-                     const float inv = 1.0f / sum;
+                   }
+                   // Σ p·v with keys outer, so that a coded value is decoded once for the block's queries;
+                   // each query still accumulates in key order.
+                   for (int64_t j = lo; j < hi; ++j) {
+                     const float* decoded = nullptr;
+                     for (int64_t i = i0; i < i1; ++i) {
+                       if (!visible(i, j)) continue;
+                       const float p = scores[static_cast<size_t>((i - i0) * span + (j - lo))];
+                       float* orow = ob + (i * hq + h) * dv;
+                       if (!keys.coded_values()) {
+                         keys.add_value(p, j, g, orow, dv);
+                         continue;
+                       }
+                       if (decoded == nullptr) {
+                         value.resize(static_cast<size_t>(dv));
+                         keys.decode_value(j, g, value.data());
+                         decoded = value.data();
+                       }
+                       cpu::axpy(p, decoded, orow, dv);
+                     }
+                   }
+                   for (int64_t i = i0; i < i1; ++i) {
+                     if (sums[static_cast<size_t>(i - i0)] == 0.0f) continue;  // no visible key
+                     float* orow = ob + (i * hq + h) * dv;
+                     const float inv = 1.0f / sums[static_cast<size_t>(i - i0)];
                      for (int64_t c = 0; c < dv; ++c) orow[c] *= inv;
                      keys.finish_value(orow, dv);
                    }
