@@ -47,13 +47,11 @@ void quantize_affine_row(const float* x, int head_dim, int bits, int group, uint
 
 namespace {
 
-// kBits fixed at compile time, so the code extraction is shifts and masks. One clone per x86 level with
-// hardware FMA (the fma is one instruction instead of a libm call) and a portable default, picked at load
-// time; the same single rounding either way.
+// kBits fixed at compile time, so the code extraction is shifts and masks.
 template <int kBits>
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void dequantize_row(
-    const uint32_t* codes, const uint16_t* scales, const uint16_t* biases, int head_dim, int group,
-    float* out) {
+inline __attribute__((always_inline)) void dequantize_body(const uint32_t* codes, const uint16_t* scales,
+                                                           const uint16_t* biases, int head_dim, int group,
+                                                           float* out) {
   constexpr int kPerWord = 32 / kBits;
   constexpr uint32_t kMask = (1u << kBits) - 1u;
   for (int g = 0; g < head_dim / group; ++g) {
@@ -66,14 +64,28 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
+// One clone per x86 level with hardware FMA (the fma is one instruction instead of a libm call) and a
+// portable default, picked at load time; the same single rounding either way. (Compilers clone plain
+// functions only, hence one per width.)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void dequantize_row4(
+    const uint32_t* codes, const uint16_t* scales, const uint16_t* biases, int head_dim, int group,
+    float* out) {
+  dequantize_body<4>(codes, scales, biases, head_dim, group, out);
+}
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void dequantize_row8(
+    const uint32_t* codes, const uint16_t* scales, const uint16_t* biases, int head_dim, int group,
+    float* out) {
+  dequantize_body<8>(codes, scales, biases, head_dim, group, out);
+}
+
 }  // namespace
 
 void dequantize_affine_row(const uint32_t* codes, const uint16_t* scales, const uint16_t* biases,
                            int head_dim, int bits, int group, float* out) {
   if (bits == 4)
-    dequantize_row<4>(codes, scales, biases, head_dim, group, out);
+    dequantize_row4(codes, scales, biases, head_dim, group, out);
   else
-    dequantize_row<8>(codes, scales, biases, head_dim, group, out);
+    dequantize_row8(codes, scales, biases, head_dim, group, out);
 }
 
 }  // namespace lmx::ops::cpu
