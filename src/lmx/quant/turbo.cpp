@@ -143,16 +143,53 @@ void turbo_quantize_key(const float* x, int head_dim, int bits, std::byte* out) 
   }
 }
 
-void turbo_dequantize_key(const std::byte* in, int head_dim, int bits, float* x) {
-  const std::byte* params = in + head_dim * bits / 8;
+namespace {
+
+// Code `index` of a stream of kBits-bit codes: whole bytes, nibbles and pairs directly, 3 bits across bytes.
+template <int kBits>
+inline uint32_t code_at(const std::byte* stream, int index, size_t stream_bytes) {
+  if constexpr (kBits == 8) return std::to_integer<uint8_t>(stream[index]);
+  if constexpr (kBits == 4 || kBits == 2) {
+    constexpr int kPerByte = 8 / kBits;
+    return (std::to_integer<uint8_t>(stream[index / kPerByte]) >> (index % kPerByte * kBits)) &
+           ((1u << kBits) - 1u);
+  }
+  return get_bits(stream, index, kBits, stream_bytes);
+}
+
+template <int kBits>
+void dequantize_key(const std::byte* in, int head_dim, float* x) {
+  const auto stream_bytes = static_cast<size_t>(head_dim * kBits / 8);
+  const std::byte* params = in + stream_bytes;
   for (int b = 0; b < head_dim / kTurboBlock; ++b) {
     const float scale = f16_to_f32(get_u16(params + b * 4)), zero = f16_to_f32(get_u16(params + b * 4 + 2));
     for (int j = 0; j < kTurboBlock; ++j) {
-      const uint32_t code = get_bits(in, b * kTurboBlock + j, bits, static_cast<size_t>(head_dim * bits / 8));
-      const int idx = bits == 8 ? static_cast<int8_t>(code) : static_cast<int>(code);
+      const uint32_t code = code_at<kBits>(in, b * kTurboBlock + j, stream_bytes);
+      const int idx = kBits == 8 ? static_cast<int8_t>(code) : static_cast<int>(code);
       x[b * kTurboBlock + j] = (static_cast<float>(idx) + zero) * scale;
     }
   }
+}
+
+template <int kBits>
+void dequantize_value(const std::byte* in, int head_dim, float* y) {
+  const auto stream_bytes = static_cast<size_t>(head_dim * kBits / 8);
+  const std::byte* sigmas = in + stream_bytes;
+  const std::span<const float> c = turbo_centroids(kBits);
+  for (int b = 0; b < head_dim / kTurboBlock; ++b) {
+    const float sigma = f16_to_f32(get_u16(sigmas + b * 2));
+    for (int j = 0; j < kTurboBlock; ++j)
+      y[b * kTurboBlock + j] = c[code_at<kBits>(in, b * kTurboBlock + j, stream_bytes)] * sigma;
+  }
+}
+
+}  // namespace
+
+void turbo_dequantize_key(const std::byte* in, int head_dim, int bits, float* x) {
+  if (bits == 8)
+    dequantize_key<8>(in, head_dim, x);
+  else
+    dequantize_key<4>(in, head_dim, x);
 }
 
 void turbo_quantize_value(const float* x, int head_dim, int bits, std::byte* out) {
@@ -179,14 +216,12 @@ void turbo_quantize_value(const float* x, int head_dim, int bits, std::byte* out
 }
 
 void turbo_dequantize_value_rotated(const std::byte* in, int head_dim, int bits, float* y) {
-  const std::byte* sigmas = in + head_dim * bits / 8;
-  const std::span<const float> c = turbo_centroids(bits);
-  for (int b = 0; b < head_dim / kTurboBlock; ++b) {
-    const float sigma = f16_to_f32(get_u16(sigmas + b * 2));
-    for (int j = 0; j < kTurboBlock; ++j)
-      y[b * kTurboBlock + j] =
-          c[get_bits(in, b * kTurboBlock + j, bits, static_cast<size_t>(head_dim * bits / 8))] * sigma;
-  }
+  if (bits == 2)
+    dequantize_value<2>(in, head_dim, y);
+  else if (bits == 3)
+    dequantize_value<3>(in, head_dim, y);
+  else
+    dequantize_value<4>(in, head_dim, y);
 }
 
 }  // namespace lmx::quant
