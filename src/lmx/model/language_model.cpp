@@ -60,9 +60,11 @@ LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_
   kv.sliding_codec = options.kv_sliding_codec;
   const KvCodec sliding = kv.sliding_codec.value_or(kv.codec);
   for (const KvCodec& codec : {kv.codec, sliding})
-    LMX_REQUIRE(InvalidArgument, !codec.quantized() || backend_->device().is_cpu(),
-                "KV codec {}: the quantized KV codecs run on the CPU backend only so far (CUDA: f32 or bf16)",
-                codec.name());
+    LMX_REQUIRE(
+        InvalidArgument, !codec.quantized() || backend_->supports_quantized_kv(),
+        "KV codec {}: the {} backend stores only f32 and bf16 KV (the quantized codecs run on the CPU "
+        "backend so far)",
+        codec.name(), backend_->description());
   // The f32 KV cache is the exactness reference: every op of the backend computes in f32 then.
   backend_->set_exact(kv.codec.kind() == KvCodecKind::kF32 && sliding.kind() == KvCodecKind::kF32);
   forward_->prepare(*backend_);

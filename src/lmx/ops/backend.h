@@ -110,7 +110,8 @@ class Backend {
   virtual Tensor upload(const Tensor& host) = 0;
   // Copies `bytes` of host memory into step buffer `slot` (a 1-D byte buffer of at least that size, at a
   // stable address as workspace()) and returns it, ordered before later ops; the host bytes may change
-  // once this returns. Called once at the start of every step.
+  // once this returns. Called at the start of every step with its inputs, and after the forward with
+  // backend sampling's (each call into its own slot).
   virtual Tensor stage(int slot, std::span<const std::byte> host) = 0;
   // Copies src (contiguous) to host memory of src.nbytes(), waiting for every op before it.
   virtual void to_host(const Tensor& src, void* dst) = 0;
@@ -158,6 +159,9 @@ class Backend {
                            const BackendExperts& w, Tensor& out) = 0;
   // out[r] = index of the first maximum of row r of x [R, V].
   virtual void argmax_rows(const Tensor& x, Tensor& out) = 0;
+  // Whether kv_append and attention read and write the quantized KV formats (PagedKvLayer's quant_bits > 0:
+  // affine, TurboQuant); a backend without them takes only f32 and bf16.
+  virtual bool supports_quantized_kv() const { return false; }
   // Appends the step's keys and values [T, kv_heads · head_dim] of one cache layer (kv.layer) at the
   // tokens' positions, in the layer's codec.
   virtual void kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k,

@@ -263,12 +263,8 @@ void paged_attention(const Tensor& q, const PagedKvRow& kv, std::span<const int3
   const int64_t tq = q.dim(0), hq = q.dim(1), d = q.dim(2);
   LMX_REQUIRE(InvalidArgument,
               kv.kv_heads > 0 && hq % kv.kv_heads == 0 && kv.head_dim == d && kv.block_tokens > 0 &&
-                  (kv.dtype == DType::kF32 || kv.dtype == DType::kBF16) &&
-                  (kv.quant_bits == 0 ||
-                   (kv.turbo && (kv.quant_bits == 4 || kv.quant_bits == 8) && kv.value_bits >= 2 &&
-                    kv.value_bits <= 4 && quant::turbo_head_dim_ok(static_cast<int>(kv.head_dim))) ||
-                   ((kv.quant_bits == 4 || kv.quant_bits == 8) && kv.quant_group > 0 &&
-                    kv.head_dim % kv.quant_group == 0 && kv.dtype == DType::kBF16)),
+                  cpu::paged_kv_format_ok(kv.dtype, kv.quant_bits, kv.quant_group, kv.value_bits, kv.turbo,
+                                          kv.head_dim),
               "paged attention: q {} against {} kv heads of {} ({} blocks of {} tokens, {}, {}-bit codes in "
               "groups of {})",
               shape_string(q.shape()), kv.kv_heads, kv.head_dim, kv.blocks.size(), kv.block_tokens,

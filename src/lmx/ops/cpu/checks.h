@@ -33,6 +33,12 @@ void require_weight_dtype(const Tensor& t, const char* op, const char* what);
 // requires that dtype, contiguity, the same element count and the same last dim.
 void prepare_out(Tensor& out, const Shape& shape, DType dtype, const char* op);
 
+// Whether a paged KV layer's storage fields (ops/paged_kv.h) name a format the host ops read and write:
+// f32 or bf16 arrays; affine codes (4 or 8 bits, a group dividing head_dim, bf16 scales and biases); or
+// TurboQuant rows (4- or 8-bit keys, 2- to 4-bit values, a power-of-two head_dim).
+bool paged_kv_format_ok(DType dtype, int quant_bits, int quant_group, int value_bits, bool turbo,
+                        int head_dim);
+
 // Element i of an f32 or bf16 vector tensor, widened to f32 (contiguous 1-D or any contiguous).
 float weight_at(const Tensor& w, int64_t i);
 

@@ -38,6 +38,7 @@ Tensor host_span_i32(const Tensor& t, const char* what) {
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu(); }
+  bool supports_quantized_kv() const override { return true; }
   std::string description() const override {
     return fmt::format("cpu ({}, {} threads)", ops::simd_target_name(), default_pool().threads());
   }

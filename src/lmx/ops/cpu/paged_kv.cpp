@@ -1,6 +1,7 @@
 // A step's paged KV on the host: appending rows into blocks and attention per row (ops.h).
 #include "lmx/core/half.h"
 #include "lmx/ops/cpu/affine_kv.h"
+#include "lmx/ops/cpu/checks.h"
 #include "lmx/ops/ops.h"
 #include "lmx/quant/turbo.h"
 
@@ -47,17 +48,12 @@ void paged_kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tens
   const bool turbo = kv.turbo;
   const bool affine = kv.quant_bits > 0 && !turbo;
   const bool bf16 = kv.dtype == DType::kBF16;
-  LMX_REQUIRE(InvalidArgument, bf16 || (kv.dtype == DType::kF32 && !affine), "paged KV: {} storage",
-              dtype_name(kv.dtype));
-  LMX_REQUIRE(InvalidArgument,
-              !affine || ((kv.quant_bits == 4 || kv.quant_bits == 8) && kv.quant_group > 0 &&
-                          kv.head_dim % kv.quant_group == 0),
-              "paged KV: affine {} bits in groups of {} over head_dim {}", kv.quant_bits, kv.quant_group,
-              kv.head_dim);
-  LMX_REQUIRE(InvalidArgument,
-              !turbo || ((kv.quant_bits == 4 || kv.quant_bits == 8) && kv.value_bits >= 2 &&
-                         kv.value_bits <= 4 && quant::turbo_head_dim_ok(kv.head_dim)),
-              "paged KV: TurboQuant k{}v{} over head_dim {}", kv.quant_bits, kv.value_bits, kv.head_dim);
+  LMX_REQUIRE(
+      InvalidArgument,
+      cpu::paged_kv_format_ok(kv.dtype, kv.quant_bits, kv.quant_group, kv.value_bits, turbo, kv.head_dim),
+      "paged KV: {} storage with {}-bit codes (groups of {}, {}-bit values{}) over head_dim {}",
+      dtype_name(kv.dtype), kv.quant_bits, kv.quant_group, kv.value_bits, turbo ? ", TurboQuant" : "",
+      kv.head_dim);
   const AffineKvHalf half{step.block_tokens, kv.kv_heads, kv.head_dim, kv.quant_bits, kv.quant_group};
   const size_t elem = bf16 ? 2 : 4;
   for (int64_t t = 0; t < step.tokens; ++t) {
