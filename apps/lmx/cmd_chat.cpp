@@ -114,8 +114,9 @@ struct ChatOptions {
   bool ignore_eos = false, stats = false;
 };
 
-// One conversation on the engine: its messages (the system message first, when given), its KV (kept
-// between turns, so a turn runs only what the template added) and its sampling settings.
+// One conversation on the engine: its messages (the system message first, when given) and its sampling
+// settings. Its KV stays in the model's prefix cache between turns, so a turn runs only what the template
+// added (and what the cache evicted).
 class Chat {
  public:
   Chat(const ChatOptions& options, const std::string& dir)
@@ -133,7 +134,6 @@ class Chat {
   void reset() {
     messages_ = nlohmann::ordered_json::array();
     if (!options_.system.empty()) messages_.push_back({{"role", "system"}, {"content", options_.system}});
-    conversation_ = std::make_shared<Conversation>();
   }
 
   // Answers one user message, streaming the text to stdout; the answer (partial when stopped by
@@ -158,7 +158,6 @@ class Chat {
       request.max_tokens = static_cast<int>(
           std::min<int64_t>(request.max_tokens, context_tokens_ - static_cast<int64_t>(prompt.size())));
     if (!options_.ignore_eos) request.stop_token_ids = stop_ids_;
-    request.conversation = conversation_;
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     TurnStats stats;
@@ -195,7 +194,7 @@ class Chat {
       return false;
     }
     stats.total_s = std::chrono::duration<double>(Clock::now() - start).count();
-    stats.kv_bytes = conversation_->sequence ? model_->kv_bytes(*conversation_->sequence) : 0;
+    stats.kv_bytes = model_->kv_cache().prefix_stats().cached_bytes;
     messages.push_back({{"role", "assistant"}, {"content", text}});
     messages_ = std::move(messages);
     if (stats.finish == FinishReason::kCancelled) std::fprintf(stderr, "[stopped]\n");
@@ -268,7 +267,6 @@ class Chat {
   SamplingParams sampling_;
   std::unique_ptr<LanguageModel> model_;
   Engine engine_;
-  std::shared_ptr<Conversation> conversation_;
   std::vector<int32_t> stop_ids_;
   int64_t context_tokens_ = 0;  // the model's context length; 0 = unknown
   nlohmann::ordered_json messages_;

@@ -94,6 +94,9 @@ void add_model_options(CLI::App* command, ModelFlags& flags) {
                       "Bytes the KV cache may hold, e.g. 8G (default: 90 % of the device's free memory)");
   command->add_option("--kv-block-tokens", flags.kv_block_tokens, "Tokens per KV block (default 64)")
       ->check(CLI::Range(1, 65536));
+  command->add_option("--prefix-cache", flags.prefix_cache,
+                      "Bytes of KV blocks kept for prefix reuse after their sequences end, e.g. 2G, or off "
+                      "(default: as many as the KV budget holds; the least recently used go first)");
 }
 
 std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const ModelFlags& flags) {
@@ -137,6 +140,10 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
   }
   if (!flags.kv_budget.empty()) options.kv_budget_bytes = parse_bytes(flags.kv_budget, "--kv-budget");
   options.kv_block_tokens = flags.kv_block_tokens;
+  if (flags.prefix_cache == "off")
+    options.kv_prefix_cache_bytes = 0;
+  else if (!flags.prefix_cache.empty())
+    options.kv_prefix_cache_bytes = parse_bytes(flags.prefix_cache, "--prefix-cache");
   return LanguageModel::load(dir, make_backend(target), options);
 }
 

@@ -191,7 +191,7 @@ void Engine::emit(Choice& c, RequestEvent& event) {
   event.request = r.id;
   event.choice = c.index;
   event.prompt_tokens = static_cast<int64_t>(r.spec.prompt.size());
-  event.reused_tokens = r.reused_tokens;
+  event.reused_tokens = r.reused_tokens + r.choices.front()->cached_tokens;
   event.generated_tokens = c.generated;
   if (r.on_event) r.on_event(event);
 }
@@ -212,6 +212,8 @@ void Engine::finish(Choice& c, RequestEvent& event, FinishReason reason, const s
     std::lock_guard lock(mutex_);
     conversations_in_use_.erase(&conv);
   }
+  // What it computed stays in the prefix cache, its partial last block included (a next turn reuses it).
+  if (c.kv && reason != FinishReason::kError) model_.kv_cache().cache_prefix(*c.kv, c.tokens, true);
   c.kv.reset();
   emit(c, event);
 }
@@ -432,6 +434,7 @@ bool Engine::step() {
     for (size_t i = 0; i < plan.rows.size() && ran; ++i) {
       const ScheduledRow& row = plan.rows[i];
       auto& c = static_cast<Choice&>(*row.sequence);
+      model_.kv_cache().cache_prefix(*c.kv, c.tokens);
       ++record.rows;
       if (row.begin < c.prompt_tokens) {
         record.prefill_tokens += row.count;

@@ -68,7 +68,8 @@ struct RequestEvent {
   std::optional<FinishReason> finish;
   std::string error;             // with kError: what was wrong
   int64_t prompt_tokens = 0;     // the request's prompt length
-  int64_t reused_tokens = 0;     // prompt tokens whose KV came from its conversation (choice 0)
+  // Prompt tokens whose KV came from its conversation or the prefix cache (choice 0's, at its admission).
+  int64_t reused_tokens = 0;
   int64_t generated_tokens = 0;  // this choice's tokens so far
 };
 

@@ -102,7 +102,11 @@ StepPlan Scheduler::schedule() {
     ScheduledSequence* s = waiting_.front();
     // One preempted this step stays out: taking it back now would recompute it every step.
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
-    if (!s->kv) s->kv = cache_.new_sequence();
+    if (!s->kv) {
+      s->kv = cache_.reuse_prefix(s->tokens, static_cast<int64_t>(s->tokens.size()) - 1);
+      if (s->kv && s->preemptions == 0) s->cached_tokens = s->kv->length();
+      if (!s->kv) s->kv = cache_.new_sequence();
+    }
     const ScheduledRow row = next_row(s);
     if (in_prefill(*s) && row.count > prefill_budget) break;
     if (!reserve(row)) break;

@@ -36,6 +36,7 @@ struct ScheduledSequence {
   int64_t prompt_tokens = 0;       // ≥ 1
   std::unique_ptr<KvSequence> kv;  // null until admitted and after preemption (it then starts over)
   int preemptions = 0;
+  int64_t cached_tokens = 0;  // tokens whose KV the prefix cache gave it at its first admission
 
   // Tokens whose KV is held.
   int64_t computed() const { return kv ? kv->length() : 0; }
@@ -69,7 +70,8 @@ class Scheduler {
   // Plans the next step and reserves its KV blocks (KvCache::try_prepare): running sequences first,
   // oldest first, preempting the newest running ones while a row's blocks do not fit; then waiting ones
   // in arrival order while their first row fits the budget and the pool (a waiting sequence whose row
-  // does not fit stops admission: no overtaking). After the step the caller commits the rows
+  // does not fit stops admission: no overtaking). A waiting sequence without KV starts from the longest
+  // prefix of its tokens the KV cache's prefix cache holds (all but its last token at most). After the step the caller commits the rows
   // (LanguageModel::forward does) and appends sampled tokens.
   StepPlan schedule();
 

@@ -93,6 +93,7 @@ void KvSequence::truncate(int64_t new_length) {
     if (t.blocks.empty()) t.first_block = new_length / block_tokens;
   }
   length_ = new_length;
+  prefix_keys_.resize(std::min(prefix_keys_.size(), static_cast<size_t>(new_length / block_tokens)));
 }
 
 // ---- KvCache -----------------------------------------------------------------------------------------
@@ -105,6 +106,8 @@ KvCache::KvCache(std::span<const KvLayerGeometry> model_layers, const KvCacheOpt
   std::vector<size_t> bytes = group_block_bytes(layout);
   shared_ =
       std::make_shared<KvSequence::Shared>(std::move(layout), std::move(bytes), budget, std::move(memory));
+  const size_t prefix_bytes = options.prefix_cache_bytes.value_or(budget);
+  if (prefix_bytes > 0) prefix_ = std::make_unique<KvPrefixCache>(shared_->layout, shared_->pool, prefix_bytes);
 }
 
 KvCache::~KvCache() = default;
@@ -149,7 +152,39 @@ std::unique_ptr<KvSequence> KvCache::fork(const KvSequence& source, int64_t leng
     }
   }
   seq->length_ = length;
+  seq->prefix_keys_.assign(
+      source.prefix_keys_.begin(),
+      source.prefix_keys_.begin() +
+          static_cast<std::ptrdiff_t>(std::min(source.prefix_keys_.size(), static_cast<size_t>(length / block_tokens))));
   return seq;
+}
+
+std::unique_ptr<KvSequence> KvCache::reuse_prefix(std::span<const int32_t> tokens, int64_t max_tokens) {
+  if (!prefix_) return nullptr;
+  KvPrefixCache::Match match = prefix_->find(tokens, max_tokens);
+  if (match.tokens == 0) return nullptr;
+  auto seq = new_sequence();
+  for (int g = 0; g < layout().num_groups(); ++g) {
+    KvSequence::Table& t = seq->tables_[static_cast<size_t>(g)];
+    t.first_block = match.first_block[static_cast<size_t>(g)];
+    t.blocks = std::move(match.tables[static_cast<size_t>(g)]);
+    for (KvBlockId id : t.blocks) shared_->pool.retain(id);
+  }
+  seq->length_ = match.tokens;
+  seq->prefix_keys_ = std::move(match.keys);
+  return seq;
+}
+
+void KvCache::cache_prefix(KvSequence& sequence, std::span<const int32_t> tokens, bool finished) {
+  LMX_REQUIRE(InvalidArgument, sequence.shared_ == shared_,
+              "cache_prefix: the sequence belongs to another model or backend");
+  if (!prefix_) return;
+  prefix_->insert(sequence, tokens, finished);
+  prefix_->trim();
+}
+
+void KvCache::clear_prefix_cache() {
+  if (prefix_) prefix_->clear();
 }
 
 void KvCache::prepare(std::span<const KvRow> rows) {
@@ -210,6 +245,8 @@ size_t KvCache::prepare_or_missing(std::span<const KvRow> rows) {
           ++needed[static_cast<size_t>(g)];
     }
   }
+  // Cached blocks no sequence uses make room first.
+  if (!pool.can_allocate(needed) && prefix_) prefix_->evict_until([&] { return pool.can_allocate(needed); });
   if (!pool.can_allocate(needed)) {
     size_t bytes = 0;
     for (int g = 0; g < lay.num_groups(); ++g)

@@ -7,6 +7,7 @@
 
 #include "lmx/kv/block_pool.h"
 #include "lmx/kv/kv_layout.h"
+#include "lmx/kv/prefix_cache.h"
 #include "lmx/kv/sequence.h"
 
 #include <cstdint>
@@ -24,6 +25,10 @@ struct KvCacheOptions {
   // 0: the default, kDefaultBudgetShare of what the memory reports available (at least one block of
   // every group).
   size_t budget_bytes = 0;
+  // The prefix cache (prefix_cache.h) keeps at most this many bytes of blocks no sequence references
+  // (evicting least recently used ones first; the pool also evicts them when it needs room). Unset: up to
+  // the whole budget. 0: no prefix cache.
+  std::optional<size_t> prefix_cache_bytes;
 };
 
 // The share of available memory a default budget takes (the host's free RAM, the GPU's free memory
@@ -59,6 +64,7 @@ class KvSequence final : public Sequence {
 
  private:
   friend class KvCache;
+  friend class KvPrefixCache;
   struct Shared;
   struct Table {
     std::vector<KvBlockId> blocks;
@@ -70,6 +76,8 @@ class KvSequence final : public Sequence {
   std::shared_ptr<Shared> shared_;
   std::vector<Table> tables_;
   int64_t length_ = 0;
+  // The prefix cache's chain keys of this sequence's leading full blocks (as far as it has cached them).
+  std::vector<uint64_t> prefix_keys_;
 };
 
 // A row of one engine step: a sequence and the number of new tokens it brings. Its new tokens take
@@ -112,10 +120,24 @@ class KvCache {
   // `sequence` as a sequence of this cache: InvalidArgument when another cache or backend made it.
   KvSequence& own(Sequence* sequence) const;
 
+  // Prefix reuse across sequences (a no-op without a prefix cache). A new sequence holding the longest
+  // cached prefix of `tokens` of at most `max_tokens` tokens (whole blocks), or null when none is cached.
+  std::unique_ptr<KvSequence> reuse_prefix(std::span<const int32_t> tokens, int64_t max_tokens);
+  // Caches the full blocks of `sequence`, which holds the KV of tokens[0, sequence.length()) — and its
+  // partial last block when `finished` (it writes no more) — then keeps the unreferenced cached bytes
+  // under the cap.
+  void cache_prefix(KvSequence& sequence, std::span<const int32_t> tokens, bool finished = false);
+  bool has_prefix_cache() const { return prefix_ != nullptr; }
+  // Lookups, hits and cached bytes so far (zeros without a prefix cache).
+  KvPrefixStats prefix_stats() const { return prefix_ ? prefix_->stats() : KvPrefixStats{}; }
+  // Gives back every cached block no sequence references.
+  void clear_prefix_cache();
+
  private:
   // prepare(): 0 when done, else the bytes of blocks the pool could not provide (nothing changed).
   size_t prepare_or_missing(std::span<const KvRow> rows);
   std::shared_ptr<KvSequence::Shared> shared_;
+  std::unique_ptr<KvPrefixCache> prefix_;  // after shared_: released before the pool goes
 };
 
 }  // namespace lmx

@@ -70,6 +70,7 @@ LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_
   forward_->prepare(*backend_);
   kv.block_tokens = options.kv_block_tokens > 0 ? options.kv_block_tokens : kDefaultKvBlockTokens;
   kv.budget_bytes = options.kv_budget_bytes;
+  kv.prefix_cache_bytes = options.kv_prefix_cache_bytes;
   kv_ = std::make_unique<KvCache>(description().kv_layers, kv, backend_->kv_memory());
 }
 

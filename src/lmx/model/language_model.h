@@ -45,6 +45,9 @@ struct ModelOptions {
   std::optional<KvCodec> kv_sliding_codec;
   int kv_block_tokens = 0;     // 0: kDefaultKvBlockTokens
   size_t kv_budget_bytes = 0;  // 0: KvCacheOptions' default share of the backend's free memory
+  // The prefix cache's cap on bytes of blocks no sequence references (KvCacheOptions::prefix_cache_bytes):
+  // unset, up to the whole budget; 0, no prefix cache.
+  std::optional<size_t> kv_prefix_cache_bytes;
   // Record decode steps (one token per row) as graphs and replay them (backends that support it), one per
   // row count and power-of-two bucket of the rows' longest KV length.
   bool use_graphs = true;

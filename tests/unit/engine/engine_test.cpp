@@ -39,6 +39,11 @@ class EngineTest : public ::testing::Test {
     options.kv_budget_bytes = budget_bytes;
     return test::load_model(test::tiny_model_dir("e2b"), Device::cpu(), options);
   }
+  // Bytes of KV blocks sequences still hold: the pool's used bytes once the prefix cache let go of its own.
+  static size_t sequence_bytes(LanguageModel& model) {
+    model.kv_cache().clear_prefix_cache();
+    return model.kv_cache().pool().used_bytes();
+  }
   std::vector<int32_t> random_prompt(size_t n) {
     std::vector<int32_t> ids(n);
     for (auto& id : ids)
@@ -143,7 +148,7 @@ TEST_F(EngineTest, ConcurrentRequestsGiveTheirSoloTokens) {
   EXPECT_EQ(max_rows, 16);  // the steps were shared
   EXPECT_EQ(engine.stats().requests_finished, 64);
   expect_all_solo(requests, outcomes, options);
-  EXPECT_EQ(model_->kv_cache().pool().used_bytes(), 0u);
+  EXPECT_EQ(sequence_bytes(*model_), 0u);
 }
 
 // A quantized KV cache keeps batch invariance: each row attends over its own blocks only.
@@ -176,7 +181,51 @@ TEST_F(EngineTest, PreemptionUnderASmallPoolKeepsEveryTokenExact) {
   const auto outcomes = run_together(engine, requests);
   EXPECT_GT(engine.stats().preemptions, 0);
   expect_all_solo(requests, outcomes, options);
-  EXPECT_EQ(small->kv_cache().pool().used_bytes(), 0u);
+  EXPECT_EQ(sequence_bytes(*small), 0u);
+}
+
+// The prefix cache: requests that share a beginning (a system prompt, an earlier turn) reuse its KV
+// blocks across sequences — also under preemption — and give bit for bit what a model without the cache
+// gives (chunked prefill on the CPU equals one-shot prefill).
+TEST_F(EngineTest, PrefixCacheReuseEqualsARunWithoutIt) {
+  const EngineOptions options = small_steps();
+  ModelOptions no_cache;
+  no_cache.kv_block_tokens = 4;
+  no_cache.kv_prefix_cache_bytes = 0;
+  auto uncached = test::load_model(test::tiny_model_dir("e2b"), Device::cpu(), no_cache);
+  const std::vector<int32_t> system = random_prompt(23);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r = varied_request(i);
+    const std::vector<int32_t> own = random_prompt(2 + static_cast<size_t>(i));
+    r.prompt = system;
+    r.prompt.insert(r.prompt.end(), own.begin() + 1, own.end());
+    r.top_logprobs = 2;
+    requests.push_back(std::move(r));
+  }
+  // The first alone fills the cache; the rest run together (a small pool preempts some of them).
+  auto small = load(model_->kv_cache().layout().sequence_bytes(64, 8) * 4);
+  std::vector<Outcome> first;
+  Engine engine(*small, nullptr, options);
+  submit(engine, requests[0], first);
+  engine.run_until_idle();
+  EXPECT_EQ(first[0].reused, 0);
+  expect_same(first, solo(*uncached, requests[0], options), "request 0");
+  const auto rest = run_together(engine, std::vector<GenerationRequest>(requests.begin() + 1, requests.end()));
+  for (size_t i = 1; i < requests.size(); ++i) {
+    EXPECT_GE(rest[i - 1][0].reused, 20) << "request " << i;  // the system prompt's whole blocks at least
+    expect_same(rest[i - 1], solo(*uncached, requests[i], options), "request " + std::to_string(i));
+  }
+  const KvPrefixStats stats = small->kv_cache().prefix_stats();
+  EXPECT_GE(stats.hits, 11);
+  EXPECT_GE(stats.reused_tokens, 11 * 20);
+  // The same request again reuses all of its prompt but the last token (the first run left its tail).
+  std::vector<Outcome> again;
+  submit(engine, requests[0], again);
+  engine.run_until_idle();
+  EXPECT_EQ(again[0].reused, static_cast<int64_t>(requests[0].prompt.size()) - 1);
+  expect_same(again, first, "request 0 again");
+  EXPECT_EQ(sequence_bytes(*small), 0u);
 }
 
 TEST_F(EngineTest, ChoicesForkThePromptAndMatchSeededSoloRuns) {
@@ -269,7 +318,7 @@ TEST_F(EngineTest, CancellationFreesBlocksWithinOneStep) {
   engine.step();
   EXPECT_EQ(out[0].finish, FinishReason::kCancelled);
   EXPECT_EQ(out[0].tokens.size(), tokens_before);
-  EXPECT_EQ(model_->kv_cache().pool().used_bytes(), 0u);
+  EXPECT_EQ(sequence_bytes(*model_), 0u);
   EXPECT_TRUE(engine.idle());
   engine.cancel(id);  // finished: ignored
   engine.cancel(12345);
@@ -317,7 +366,7 @@ TEST_F(EngineTest, SubmitAndCancelFromAnotherThreadWhileStepping) {
       EXPECT_EQ(o.tokens, solo(*model_, requests[i], options)[0].tokens) << "request " << i;
     }
   }
-  EXPECT_EQ(model_->kv_cache().pool().used_bytes(), 0u);
+  EXPECT_EQ(sequence_bytes(*model_), 0u);
 }
 
 TEST_F(EngineTest, RefusesBadRequestsWithTheField) {
@@ -437,6 +486,7 @@ TEST_F(ConversationTest, RewindsWithinTheWindowAndStartsAfreshBeyondIt) {
   EXPECT_EQ(out[0].tokens, greedy(other, 3));
   // 30 more tokens: the sliding layers released the blocks a query at position 5 needs.
   turn(concat(base, more(30)), 4);
+  model_->kv_cache().clear_prefix_cache();  // else the prefix cache gives back `other`'s earlier blocks
   out = turn(other, 3);
   EXPECT_EQ(out[0].reused, 0);
   EXPECT_EQ(out[0].tokens, greedy(other, 3));
