@@ -1,11 +1,14 @@
 // `lmx generate`: one continuation (greedy, or sampled with the sampling flags) of a prompt given as token
-// ids, raw text or one chat turn, run on the engine.
+// ids, raw text or one chat turn, run on the engine; optionally starting from a saved KV snapshot
+// (--load-kv) and saving the sequence's KV afterwards (--save-kv).
 #include "commands.h"
 
 #include "lmx/core/error.h"
 #include "lmx/engine/engine.h"
 #include "lmx/io/directory.h"
+#include "lmx/io/fingerprint.h"
 #include "lmx/io/model_dir.h"
+#include "lmx/kv/snapshot.h"
 #include "lmx/model/language_model.h"
 #include "lmx/text/tokenizer.h"
 
@@ -19,7 +22,7 @@ namespace lmx::cli {
 
 Verb add_generate(CLI::App& app) {
   struct Options {
-    std::string model, prompt_ids, prompt, chat;
+    std::string model, prompt_ids, prompt, chat, save_kv, load_kv;
     ModelFlags flags;
     SamplingFlags sampling;
     int max_tokens = 32, threads = 0, prefill_chunk = 0;
@@ -43,16 +46,24 @@ Verb add_generate(CLI::App& app) {
                   "Prefill the prompt in chunks of N tokens (0 = one step)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", opt->threads, "Worker threads (0 = all cores)");
+  cmd->add_option("--save-kv", opt->save_kv,
+                  "Write the sequence's KV (the prompt and every generated token but the last) to FILE")
+      ->check(non_empty());
+  cmd->add_option("--load-kv", opt->load_kv,
+                  "Start from the KV snapshot FILE (saved by --save-kv with this model, tokenizer and KV "
+                  "flags): the prompt's longest common prefix with it is not recomputed; without a prompt "
+                  "flag, continue its tokens")
+      ->check(non_empty());
   add_sampling_options(cmd, opt->sampling, "0, greedy; the other filters off");
   add_model_options(cmd, opt->flags);
   cmd->add_flag(
       "--json", opt->json,
-      "Print {\"tokens\", \"text\", \"finish_reason\", \"prompt_tok_s\", \"decode_tok_s\", \"kv_bytes\"} as "
-      "JSON");
+      "Print {\"tokens\", \"text\", \"finish_reason\", \"prompt_tok_s\", \"decode_tok_s\", \"kv_bytes\", "
+      "\"reused_tokens\"} as JSON");
   return {
       cmd, [opt, ids, raw, chat] {
-        if (!ids->count() && !raw->count() && !chat->count())
-          throw InvalidArgument("generate needs --prompt-ids, --prompt or --chat");
+        if (!ids->count() && !raw->count() && !chat->count() && opt->load_kv.empty())
+          throw InvalidArgument("generate needs --prompt-ids, --prompt, --chat or --load-kv");
         apply_threads(opt->threads);
         opt->model = model_or_default(opt->model);
         std::optional<Tokenizer> tokenizer;
@@ -63,17 +74,32 @@ Verb add_generate(CLI::App& app) {
           prompt = parse_ids(opt->prompt_ids);
         } else if (raw->count()) {
           prompt = tokenizer->encode(opt->prompt, /*add_special_tokens=*/true);
-        } else {
+        } else if (chat->count()) {
           nlohmann::ordered_json messages = {{{"role", "user"}, {"content", opt->chat}}};
           std::string rendered = render_chat(*tokenizer, messages, nullptr, true, std::nullopt);
           prompt = tokenizer->encode(rendered, /*add_special_tokens=*/false);  // the template wrote <bos>
         }
-        LMX_REQUIRE(InvalidArgument, !prompt.empty(), "the prompt is empty");
         // Greedy unless a flag asks for sampling (generation_config.json's defaults are chat's).
         SamplingParams greedy;
         greedy.temperature = 0;
         const SamplingParams sampling = sampling_params(opt->sampling, greedy, "the defaults");
         auto model = load_language_model(opt->model, opt->flags);
+        // The conversation holds the loaded snapshot, and keeps the sequence's KV after the request (to
+        // report its bytes, and for --save-kv).
+        auto conversation = std::make_shared<Conversation>();
+        std::optional<KvSnapshotIdentity> identity;
+        if (!opt->load_kv.empty() || !opt->save_kv.empty())
+          identity = KvSnapshotIdentity{model_fingerprint(opt->model), tokenizer_fingerprint(opt->model)};
+        if (!opt->load_kv.empty()) {
+          KvSnapshot snapshot = load_kv_snapshot(opt->load_kv, model->kv_cache(), *identity);
+          for (int32_t t : snapshot.tokens)
+            LMX_REQUIRE(InvalidArgument, t < model->description().vocab_size,
+                        "KV snapshot {}: token id {} is outside this model's vocabulary", opt->load_kv, t);
+          if (prompt.empty()) prompt = snapshot.tokens;
+          conversation->tokens = std::move(snapshot.tokens);
+          conversation->sequence = std::move(snapshot.sequence);
+        }
+        LMX_REQUIRE(InvalidArgument, !prompt.empty(), "the prompt is empty");
         require_within_context(
             *model, static_cast<int64_t>(prompt.size()) + opt->max_tokens,
             fmt::format("the prompt ({} tokens) and --max-tokens {}", prompt.size(), opt->max_tokens));
@@ -84,9 +110,7 @@ Verb add_generate(CLI::App& app) {
         request.stop_token_ids = load_generation_config(opt->model).eos_token_ids;
         if (request.stop_token_ids.empty())
           for (int id : model->description().eos_token_ids) request.stop_token_ids.push_back(id);
-        // The conversation keeps the sequence's KV after the request, to report the bytes it held.
-        request.conversation = std::make_shared<Conversation>();
-        auto conversation = request.conversation;
+        request.conversation = conversation;
         EngineOptions engine_options;
         engine_options.scheduler.prefill_chunk_tokens =
             opt->prefill_chunk > 0 ? opt->prefill_chunk : static_cast<int64_t>(prompt.size());
@@ -99,7 +123,9 @@ Verb add_generate(CLI::App& app) {
         std::vector<int32_t> tokens;
         std::string text, error;
         FinishReason finish = FinishReason::kLength;
+        int64_t reused = 0;
         engine.submit(std::move(request), [&](const RequestEvent& event) {
+          reused = event.reused_tokens;
           if (tokens.empty() && !event.tokens.empty())
             first_token_s = std::chrono::duration<double>(Clock::now() - start).count();
           tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
@@ -119,9 +145,14 @@ Verb add_generate(CLI::App& app) {
         });
         engine.run_until_idle();
         LMX_REQUIRE(Error, finish != FinishReason::kError, "{}", error);
+        if (!opt->save_kv.empty()) {
+          LMX_REQUIRE(Error, conversation->sequence != nullptr, "--save-kv: the request left no KV to save");
+          save_kv_snapshot(opt->save_kv, model->kv_cache(), model->kv_cache().own(conversation->sequence.get()),
+                           conversation->tokens, *identity);
+        }
         const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
         const double prompt_tok_s =
-            first_token_s > 0 ? static_cast<double>(prompt.size()) / first_token_s : 0;
+            first_token_s > 0 ? static_cast<double>(static_cast<int64_t>(prompt.size()) - reused) / first_token_s : 0;
         const double decode_tok_s = tokens.size() > 1 && total_s > first_token_s
                                         ? static_cast<double>(tokens.size() - 1) / (total_s - first_token_s)
                                         : 0;
@@ -131,12 +162,13 @@ Verb add_generate(CLI::App& app) {
                                 {"finish_reason", finish_reason_name(finish)},
                                 {"prompt_tok_s", prompt_tok_s},
                                 {"decode_tok_s", decode_tok_s},
-                                {"kv_bytes", kv_bytes}};
+                                {"kv_bytes", kv_bytes},
+                                {"reused_tokens", reused}};
           if (tokenizer) out["text"] = text;
           std::printf("%s\n", out.dump().c_str());
         } else {
-          std::printf("\nprompt: %zu tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
-                      prompt.size(), prompt_tok_s, tokens.size(), decode_tok_s,
+          std::printf("\nprompt: %zu tokens (%lld reused), %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
+                      prompt.size(), static_cast<long long>(reused), prompt_tok_s, tokens.size(), decode_tok_s,
                       format_bytes(kv_bytes).c_str(), model->kv_cache().layout().codec_description().c_str());
         }
         return 0;

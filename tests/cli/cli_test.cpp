@@ -235,6 +235,49 @@ namespace {
 
 // The KV cache flags: codecs and block sizes run and report the bytes they hold; bad values and a budget
 // too small for the prompt are clear errors, not crashes.
+// KV snapshots: a generation saved with --save-kv and continued with --load-kv gives what one longer
+// generation gives, reusing the saved tokens; a file from other KV flags or a damaged one is refused.
+TEST(Cli, SaveAndLoadKvSnapshots) {
+  test::TempDir dir;
+  const std::string demo = "generate --model " + test::source_path("models/demo") + " --json";
+  const std::string snapshot = dir.file("turn.lmxkv");
+  const test::RunResult whole = test::run_lmx(demo + " --prompt-ids 2,397,729,4924 --max-tokens 8");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto whole_tokens = nlohmann::json::parse(whole.output)["tokens"].get<std::vector<int>>();
+  const test::RunResult first =
+      test::run_lmx(demo + " --prompt-ids 2,397,729,4924 --max-tokens 4 --save-kv " + snapshot);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto first_tokens = nlohmann::json::parse(first.output)["tokens"].get<std::vector<int>>();
+  ASSERT_EQ(first_tokens, std::vector<int>(whole_tokens.begin(), whole_tokens.begin() + 4));
+  // Continue from the snapshot: its tokens (the prompt and the answer but its last token) plus that token.
+  std::string ids = "2,397,729,4924";
+  for (int t : first_tokens) ids += "," + std::to_string(t);
+  const test::RunResult next = test::run_lmx(demo + " --prompt-ids " + ids + " --max-tokens 4 --load-kv " + snapshot);
+  ASSERT_EQ(next.exit_code, 0) << next.output;
+  const auto next_json = nlohmann::json::parse(next.output);
+  EXPECT_EQ(next_json["reused_tokens"].get<int>(), 7);
+  EXPECT_EQ(next_json["tokens"].get<std::vector<int>>(), std::vector<int>(whole_tokens.begin() + 4, whole_tokens.end()));
+  // Without a prompt flag the snapshot's own tokens are the prompt.
+  const test::RunResult resumed = test::run_lmx(demo + " --max-tokens 5 --load-kv " + snapshot);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(nlohmann::json::parse(resumed.output)["tokens"].get<std::vector<int>>(),
+            std::vector<int>(whole_tokens.begin() + 3, whole_tokens.end()));
+  // Other KV flags, a damaged file, a missing one.
+  const test::RunResult codec = test::run_lmx(demo + " --kv-cache bf16 --max-tokens 2 --load-kv " + snapshot);
+  EXPECT_EQ(codec.exit_code, 1);
+  EXPECT_NE(codec.output.find("was saved as kv:f32"), std::string::npos) << codec.output;
+  std::fstream file(snapshot, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(-3, std::ios::end);
+  file.put('\x7f');
+  file.close();
+  const test::RunResult damaged = test::run_lmx(demo + " --max-tokens 2 --load-kv " + snapshot);
+  EXPECT_EQ(damaged.exit_code, 1);
+  EXPECT_NE(damaged.output.find("is corrupted (checksum mismatch)"), std::string::npos) << damaged.output;
+  const test::RunResult missing = test::run_lmx(demo + " --max-tokens 2 --load-kv " + dir.file("none"));
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("none"), std::string::npos) << missing.output;
+}
+
 TEST(Cli, KvCacheFlags) {
   const std::string base =
       "generate --model " + tiny("tiny-e2b") + " --prompt-ids 2,105,7,9,11 --max-tokens 4 --json";

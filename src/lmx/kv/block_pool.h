@@ -67,6 +67,7 @@ class KvBlockPool {
     return static_cast<int64_t>(free_.at(static_cast<size_t>(group)).size());
   }
   const KvMemory& memory() const { return *memory_; }
+  KvMemory& memory() { return *memory_; }
 
  private:
   struct Record {

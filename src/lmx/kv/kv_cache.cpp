@@ -187,6 +187,51 @@ void KvCache::clear_prefix_cache() {
   if (prefix_) prefix_->clear();
 }
 
+std::unique_ptr<KvSequence> KvCache::restore_sequence(
+    int64_t length, std::span<const int64_t> first_block,
+    const std::function<void(int, int64_t, std::span<std::byte>)>& fill) {
+  const KvLayout& lay = layout();
+  const int64_t block_tokens = lay.block_tokens();
+  LMX_REQUIRE(InvalidArgument, length >= 0, "restore: negative length {}", length);
+  LMX_REQUIRE(InvalidArgument, first_block.size() == static_cast<size_t>(lay.num_groups()),
+              "restore: {} block tables for {} cache groups", first_block.size(), lay.num_groups());
+  const int64_t end_block = ceil_div(length, block_tokens);
+  std::vector<int64_t> needed(first_block.size());
+  for (int g = 0; g < lay.num_groups(); ++g) {
+    const int window = lay.group(g).window;
+    const int64_t needed_from = window > 0 ? std::max<int64_t>(0, length - window + 1) / block_tokens : 0;
+    const int64_t first = first_block[static_cast<size_t>(g)];
+    LMX_REQUIRE(InvalidArgument, first >= 0 && first <= std::min(needed_from, end_block),
+                "restore: cache group {} starts at block {}, but a query at {} reads from block {}", g, first,
+                length, needed_from);
+    needed[static_cast<size_t>(g)] = end_block - first;
+  }
+  KvBlockPool& pool = shared_->pool;
+  if (!pool.can_allocate(needed) && prefix_) prefix_->evict_until([&] { return pool.can_allocate(needed); });
+  if (!pool.can_allocate(needed)) {
+    size_t bytes = 0;
+    for (int g = 0; g < lay.num_groups(); ++g) bytes += static_cast<size_t>(needed[static_cast<size_t>(g)]) * lay.group(g).block_bytes;
+    throw KvPoolExhausted(bytes, pool.budget_bytes(),
+                          fmt::format("KV cache full: restoring {} positions needs {} bytes of blocks ({} of {} "
+                                      "bytes in use on {})",
+                                      length, bytes, pool.used_bytes(), pool.budget_bytes(), pool.memory().name()));
+  }
+  auto seq = new_sequence();
+  std::vector<std::byte> staging;
+  for (int g = 0; g < lay.num_groups(); ++g) {
+    KvSequence::Table& t = seq->tables_[static_cast<size_t>(g)];
+    t.first_block = first_block[static_cast<size_t>(g)];
+    staging.resize(lay.group(g).block_bytes);
+    for (int64_t b = t.first_block; b < end_block; ++b) {
+      t.blocks.push_back(pool.allocate(g));
+      fill(g, b, staging);
+      pool.memory().write(pool.data(t.blocks.back()), staging.data(), staging.size());
+    }
+  }
+  seq->length_ = length;
+  return seq;
+}
+
 void KvCache::prepare(std::span<const KvRow> rows) {
   const size_t missing = prepare_or_missing(rows);
   if (missing == 0) return;

@@ -11,6 +11,7 @@
 #include "lmx/kv/sequence.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -132,6 +133,14 @@ class KvCache {
   KvPrefixStats prefix_stats() const { return prefix_ ? prefix_->stats() : KvPrefixStats{}; }
   // Gives back every cached block no sequence references.
   void clear_prefix_cache();
+
+  // A new sequence of `length` positions whose group g stores the blocks from first_block[g] on, each
+  // written by fill(group, block index, host bytes out) through KvMemory::write (snapshots). Cached
+  // blocks no sequence uses make room first. InvalidArgument when a first_block lies past what a query at
+  // `length` reads; KvPoolExhausted when the blocks do not fit (nothing held then).
+  std::unique_ptr<KvSequence> restore_sequence(
+      int64_t length, std::span<const int64_t> first_block,
+      const std::function<void(int group, int64_t block, std::span<std::byte> bytes)>& fill);
 
  private:
   // prepare(): 0 when done, else the bytes of blocks the pool could not provide (nothing changed).

@@ -17,6 +17,11 @@ class KvMemory {
   virtual void free(void* block, size_t bytes) = 0;
   // Copies `bytes` from block src to block dst, ordered before every later read of dst by the backend.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Copies `bytes` of block src into host memory; returns when they are there (after every earlier write).
+  virtual void read(void* host, const void* src, size_t bytes) = 0;
+  // Copies `bytes` of host memory into block dst, ordered before every later read of dst by the backend;
+  // `host` may be reused when it returns.
+  virtual void write(void* dst, const void* host, size_t bytes) = 0;
   // "host", "cuda:0": for messages.
   virtual std::string name() const = 0;
   // Bytes the backend could still hand out (for the default budget); 0 when unknown.

@@ -435,6 +435,8 @@ class TinyMemory final : public KvMemory {
     inner_->free(p, bytes);
   }
   void copy(void* d, const void* s, size_t n) override { inner_->copy(d, s, n); }
+  void read(void* h, const void* s, size_t n) override { inner_->read(h, s, n); }
+  void write(void* d, const void* h, size_t n) override { inner_->write(d, h, n); }
   std::string name() const override { return "tiny"; }
   size_t available_bytes() const override { return 0; }
 

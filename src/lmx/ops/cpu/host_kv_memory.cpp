@@ -17,6 +17,8 @@ class HostKvMemory final : public KvMemory {
   }
   void free(void* block, size_t) override { std::free(block); }
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void read(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes); }
+  void write(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
   std::string name() const override { return "host"; }
   size_t available_bytes() const override {
     struct sysinfo info {};

@@ -117,6 +117,16 @@ class CudaKvMemory final : public KvMemory {
     LMX_REQUIRE(InvalidArgument, stream_ != nullptr, "KV blocks of a CUDA backend that no longer exists");
     LMX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
+  void read(void* host, const void* src, size_t bytes) override {
+    LMX_REQUIRE(InvalidArgument, stream_ != nullptr, "KV blocks of a CUDA backend that no longer exists");
+    LMX_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    LMX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void write(void* dst, const void* host, size_t bytes) override {
+    LMX_REQUIRE(InvalidArgument, stream_ != nullptr, "KV blocks of a CUDA backend that no longer exists");
+    LMX_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+    LMX_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may be reused on return
+  }
   // The backend's stream is going away: later releases are synchronous.
   void detach() { stream_ = nullptr; }
   std::string name() const override { return fmt::format("cuda:{}", device_); }
