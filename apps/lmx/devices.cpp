@@ -1,6 +1,8 @@
 // Backend selection for the model-running verbs (--device) and `lmx info`.
 #include "commands.h"
 
+#include "lmx/kv/kv_config.h"
+
 #include "lmx/core/error.h"
 #include "lmx/core/thread_pool.h"
 #include "lmx/model/language_model.h"
@@ -137,6 +139,15 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(fmt::format("--kv-cache-sliding: {}", e.what()));
     }
+  }
+  // A model directory's kv_config.json sets per-layer codecs unless a KV codec flag chooses for every layer.
+  if (flags.kv_cache.empty() && flags.kv_cache_sliding.empty()) {
+    std::map<int, KvCodec> layer_codecs = read_kv_config(dir);
+    if (!layer_codecs.empty() && !target.is_cpu())
+      std::fprintf(stderr, "lmx: note: %s/kv_config.json is not applied: quantized KV runs on the CPU backend only so far\n",
+                   dir.c_str());
+    else
+      options.kv_layer_codecs = std::move(layer_codecs);
   }
   if (!flags.kv_budget.empty()) options.kv_budget_bytes = parse_bytes(flags.kv_budget, "--kv-budget");
   options.kv_block_tokens = flags.kv_block_tokens;

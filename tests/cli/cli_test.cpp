@@ -278,6 +278,39 @@ TEST(Cli, SaveAndLoadKvSnapshots) {
   EXPECT_NE(missing.output.find("none"), std::string::npos) << missing.output;
 }
 
+// A model directory's kv_config.json sets per-layer affine codecs (reported, fewer bytes) unless a KV
+// codec flag chooses for every layer; a malformed one is an error naming the entry.
+TEST(Cli, KvConfigJsonSetsLayerCodecs) {
+  test::TempDir dir;
+  const std::string demo = test::source_path("models/demo");
+  for (const char* file : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                           "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+    std::error_code error;
+    std::filesystem::create_symlink(demo + "/" + file, dir.file(file), error);
+    ASSERT_FALSE(error) << error.message();
+  }
+  const std::string run = "generate --model " + dir.path() + " --prompt-ids 2,397,729,4924 --max-tokens 4";
+  const test::RunResult plain = test::run_lmx(run + " --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  std::ofstream(dir.file("kv_config.json"))
+      << R"([{"layer_idx": 4, "bits": 8, "group_size": 64}, {"layer_idx": 5, "bits": 4, "group_size": 32}])";
+  const test::RunResult config = test::run_lmx(run);
+  ASSERT_EQ(config.exit_code, 0) << config.output;
+  EXPECT_NE(config.output.find("(f32; layers 5 affine4:g32; layers 4 affine8:g64)"), std::string::npos)
+      << config.output;
+  const test::RunResult config_json = test::run_lmx(run + " --json");
+  ASSERT_EQ(config_json.exit_code, 0) << config_json.output;
+  EXPECT_LT(nlohmann::json::parse(config_json.output)["kv_bytes"].get<int64_t>(),
+            nlohmann::json::parse(plain.output)["kv_bytes"].get<int64_t>());
+  const test::RunResult flag = test::run_lmx(run + " --kv-cache bf16");
+  ASSERT_EQ(flag.exit_code, 0) << flag.output;
+  EXPECT_NE(flag.output.find("(bf16)"), std::string::npos) << flag.output;
+  std::ofstream(dir.file("kv_config.json"), std::ios::trunc) << R"([{"layer_idx": 4, "bits": 2, "group_size": 64}])";
+  const test::RunResult bad = test::run_lmx(run);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("kv_config.json entry 0: bits 2 with group_size 64"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, KvCacheFlags) {
   const std::string base =
       "generate --model " + tiny("tiny-e2b") + " --prompt-ids 2,105,7,9,11 --max-tokens 4 --json";

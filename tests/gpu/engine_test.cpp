@@ -132,6 +132,42 @@ TEST_P(CudaEngine, DeviceSamplingMatchesHostSampling) {
   }
 }
 
+// The prefix cache on the device: requests sharing a system prompt reuse its blocks (copy-on-write of a
+// partly used block is a device copy) and give the tokens and logprobs of a model without the cache.
+TEST_P(CudaEngine, PrefixCacheReuseMatchesARunWithoutIt) {
+  SKIP_WITHOUT_GPU();
+  auto model = test::load_model(test::tiny_model_dir(GetParam()), Device::cuda(0));
+  ModelOptions no_cache;
+  no_cache.kv_prefix_cache_bytes = 0;
+  auto uncached = test::load_model(test::tiny_model_dir(GetParam()), Device::cuda(0), no_cache);
+  const int vocab = model->description().vocab_size;
+  EngineOptions options;
+  options.scheduler = {.step_tokens = 256, .prefill_chunk_tokens = 64, .max_rows = 16};
+  std::vector<int32_t> system(150);
+  for (auto& id : system) id = static_cast<int32_t>(3 + test::rng()() % static_cast<uint64_t>(vocab - 3));
+  Engine engine(*model, nullptr, options);
+  for (int i = 0; i < 10; ++i) {
+    GenerationRequest r;
+    r.prompt = system;
+    for (int k = 0; k < 3 + i * 5; ++k)
+      r.prompt.push_back(static_cast<int32_t>(3 + test::rng()() % static_cast<uint64_t>(vocab - 3)));
+    r.max_tokens = 8;
+    r.sampling.temperature = i % 2 ? 0.8f : 0.0f;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    r.top_logprobs = 2;
+    Output out;
+    int64_t reused = 0;
+    engine.submit(r, [&](const RequestEvent& e) {
+      record(out, e);
+      reused = e.reused_tokens;
+    });
+    engine.run_until_idle();
+    if (i > 0) EXPECT_GE(reused, 128) << "request " << i;
+    EXPECT_TRUE(out == run_alone(*uncached, r, options)) << "request " << i << " (reused " << reused << ")";
+  }
+  EXPECT_GE(model->kv_cache().prefix_stats().hits, 9);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaEngine, ::testing::ValuesIn(test::gpu_tiny_config_names()),
                          test::ParamName{});
 

@@ -3,6 +3,8 @@
 // no bits; forks share blocks and copy a shared partial block on write; pool exhaustion is a typed error that
 // changes nothing. Skips without a GPU.
 #include "lmx/engine/greedy.h"
+#include "lmx/io/fingerprint.h"
+#include "lmx/kv/snapshot.h"
 #include "lmx/kv/block_pool.h"
 #include "lmx/model/language_model.h"
 #include "lmx/ops/cuda/device_memory.h"
@@ -166,6 +168,45 @@ TEST_P(CudaPagedModels, PoolExhaustionIsTyped) {
   auto fresh = test::load_model(dir, kGpu);
   auto seq = fresh->new_sequence();
   EXPECT_EQ(test::max_abs_diff(logits, run(*fresh, *seq, prompt)), 0.0f);
+}
+
+// Snapshots across backends: a device sequence saved, loaded into a CPU cache of the same codec and saved
+// again gives the same file bytes; loaded into another device model it continues with the same logits.
+TEST_P(CudaPagedModels, SnapshotsMoveBetweenBackends) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::tiny_model_dir(GetParam());
+  ModelOptions bf16;
+  bf16.kv_codec = KvCodec(KvCodecKind::kBf16);
+  auto gpu = test::load_model(dir, kGpu, bf16), gpu2 = test::load_model(dir, kGpu, bf16);
+  auto cpu = test::load_model(dir, Device::cpu(), bf16);
+  const KvSnapshotIdentity id{model_fingerprint(dir), tokenizer_fingerprint(dir)};
+  const auto prompt = prompt_of(150, gpu->description().vocab_size, 3);
+  auto seq = gpu->new_sequence();
+  run(*gpu, *seq, prompt);
+  test::TempDir tmp;
+  save_kv_snapshot(tmp.file("gpu"), gpu->kv_cache(), gpu->kv_cache().own(seq.get()), prompt, id);
+  KvSnapshot on_cpu = load_kv_snapshot(tmp.file("gpu"), cpu->kv_cache(), id);
+  save_kv_snapshot(tmp.file("cpu"), cpu->kv_cache(), *on_cpu.sequence, on_cpu.tokens, id);
+  std::FILE* a = std::fopen(tmp.file("gpu").c_str(), "rb");
+  std::FILE* b = std::fopen(tmp.file("cpu").c_str(), "rb");
+  ASSERT_TRUE(a && b);
+  std::vector<char> bytes_a(1 << 20), bytes_b(1 << 20);
+  size_t na = 0, nb = 0;
+  bool same = true;
+  do {
+    na = std::fread(bytes_a.data(), 1, bytes_a.size(), a);
+    nb = std::fread(bytes_b.data(), 1, bytes_b.size(), b);
+    same = same && na == nb && std::equal(bytes_a.begin(), bytes_a.begin() + static_cast<std::ptrdiff_t>(na), bytes_b.begin());
+  } while (na > 0 && same);
+  std::fclose(a);
+  std::fclose(b);
+  EXPECT_TRUE(same) << "the CPU's copy of the device's KV differs";
+  KvSnapshot on_gpu = load_kv_snapshot(tmp.file("cpu"), gpu2->kv_cache(), id);
+  const std::vector<int32_t> next = {7, 11, 13};
+  for (int32_t t : next) {
+    const Tensor x = run(*gpu, *seq, std::span(&t, 1)), y = run(*gpu2, *on_gpu.sequence, std::span(&t, 1));
+    EXPECT_EQ(test::max_abs_diff(x, y), 0.0f);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaPagedModels, ::testing::Values("e2b", "moe", "dense", "moe-q4"),

@@ -101,7 +101,7 @@ void KvSequence::truncate(int64_t new_length) {
 KvCache::KvCache(std::span<const KvLayerGeometry> model_layers, const KvCacheOptions& options,
                  std::shared_ptr<KvMemory> memory) {
   LMX_REQUIRE(InvalidArgument, memory != nullptr, "KV cache: no memory");
-  KvLayout layout(model_layers, options.codec, options.block_tokens, options.sliding_codec);
+  KvLayout layout(model_layers, options.codec, options.block_tokens, options.sliding_codec, options.layer_codecs);
   const size_t budget = options.budget_bytes > 0 ? options.budget_bytes : default_budget(layout, *memory);
   std::vector<size_t> bytes = group_block_bytes(layout);
   shared_ =

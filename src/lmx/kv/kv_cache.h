@@ -22,6 +22,7 @@ namespace lmx {
 struct KvCacheOptions {
   KvCodec codec;
   std::optional<KvCodec> sliding_codec;  // the sliding-window layers' codec, when it differs
+  std::map<int, KvCodec> layer_codecs;   // model layers with codecs of their own (kv_config.json)
   int block_tokens = 64;
   // 0: the default, kDefaultBudgetShare of what the memory reports available (at least one block of
   // every group).

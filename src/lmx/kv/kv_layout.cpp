@@ -8,10 +8,15 @@
 namespace lmx {
 
 KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec, int block_tokens,
-                   std::optional<KvCodec> sliding_codec)
+                   std::optional<KvCodec> sliding_codec, const std::map<int, KvCodec>& layer_codecs)
     : codec_(codec), sliding_codec_(sliding_codec.value_or(codec)), block_tokens_(block_tokens) {
   LMX_REQUIRE(InvalidArgument, block_tokens >= 1 && block_tokens <= 65536,
               "KV block tokens must be in [1, 65536], got {}", block_tokens);
+  for (const auto& [layer, layer_codec] : layer_codecs) {
+    LMX_REQUIRE(InvalidArgument, layer >= 0 && static_cast<size_t>(layer) < model_layers.size(),
+                "KV codec for layer {}: the model has layers 0-{}", layer, model_layers.size() - 1);
+    if (model_layers[static_cast<size_t>(layer)].donor < 0) layer_codecs_.emplace(layer, layer_codec);
+  }
   for (size_t i = 0; i < model_layers.size(); ++i) {
     const KvLayerGeometry& g = model_layers[i];
     LMX_REQUIRE(InvalidArgument, g.num_kv_heads > 0 && g.head_dim > 0 && g.window >= 0,
@@ -32,7 +37,8 @@ KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec,
     layer.num_kv_heads = g.num_kv_heads;
     layer.head_dim = g.head_dim;
     layer.window = g.window;
-    layer.codec = g.window > 0 ? sliding_codec_ : codec_;
+    const auto own = layer_codecs_.find(static_cast<int>(i));
+    layer.codec = own != layer_codecs_.end() ? own->second : g.window > 0 ? sliding_codec_ : codec_;
     const KvCodec& layer_codec = layer.codec;
     int group = 0;
     while (group < num_groups() && groups_[static_cast<size_t>(group)].window != g.window) ++group;
@@ -53,8 +59,23 @@ KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec,
 }
 
 std::string KvLayout::codec_description() const {
-  if (sliding_codec_ == codec_) return codec_.name();
-  return codec_.name() + ", sliding " + sliding_codec_.name();
+  std::string out = codec_.name();
+  if (sliding_codec_ != codec_) out += ", sliding " + sliding_codec_.name();
+  // Layers with codecs of their own, grouped by codec as runs: "; layers 0-3, 7 affine8:g64".
+  std::map<std::string, std::vector<int>> by_codec;
+  for (const auto& [layer, codec] : layer_codecs_) by_codec[codec.name()].push_back(layer);
+  for (const auto& [name, layers] : by_codec) {
+    std::string runs;
+    for (size_t i = 0; i < layers.size();) {
+      size_t j = i;
+      while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+      runs += (runs.empty() ? "" : ", ") +
+              (j == i ? std::to_string(layers[i]) : fmt::format("{}-{}", layers[i], layers[j]));
+      i = j + 1;
+    }
+    out += fmt::format("; layers {} {}", runs, name);
+  }
+  return out;
 }
 
 bool KvLayout::owns_cache(int model_layer) const {

@@ -6,6 +6,7 @@
 #include "lmx/ops/paged_kv.h"
 
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -44,9 +45,11 @@ class KvLayout {
  public:
   // InvalidArgument for a malformed geometry (no heads, a donor that is not an earlier layer owning
   // KV, a sharing layer whose geometry differs from its donor's) or block_tokens outside [1, 65536].
-  // Sliding-window layers take `sliding_codec` when given, every other layer `codec`.
+  // Sliding-window layers take `sliding_codec` when given, every other layer `codec`; a model layer in
+  // `layer_codecs` (kv_config.json) takes its own, which a layer sharing its KV follows (InvalidArgument
+  // for a layer the model does not have).
   KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec, int block_tokens,
-           std::optional<KvCodec> sliding_codec = std::nullopt);
+           std::optional<KvCodec> sliding_codec = std::nullopt, const std::map<int, KvCodec>& layer_codecs = {});
 
   int num_model_layers() const { return static_cast<int>(cache_of_model_layer_.size()); }
   int num_cache_layers() const { return static_cast<int>(layers_.size()); }
@@ -55,7 +58,8 @@ class KvLayout {
   // The full-attention layers' codec, and the sliding layers' (the same unless the layout was given one).
   KvCodec codec() const { return codec_; }
   KvCodec sliding_codec() const { return sliding_codec_; }
-  // "bf16", or "affine4:g64, sliding bf16" when the sliding layers differ: what front ends report.
+  // "bf16", or "affine4:g64, sliding bf16" when the sliding layers differ, then "; layers 0-3 affine8:g64"
+  // for layers with codecs of their own: what front ends report.
   std::string codec_description() const;
 
   // The cache layer model layer `layer` appends to or (when it shares KV) reads its donor's.
@@ -84,6 +88,7 @@ class KvLayout {
   std::vector<KvCacheLayer> layers_;
   std::vector<KvGroup> groups_;
   KvCodec codec_, sliding_codec_;
+  std::map<int, KvCodec> layer_codecs_;  // model layer → its own codec
   int block_tokens_ = 0;
 };
 

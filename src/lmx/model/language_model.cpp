@@ -58,15 +58,19 @@ LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_
   kv.codec = options.kv_codec.value_or(
       KvCodec(backend_->device().is_cpu() ? KvCodecKind::kF32 : KvCodecKind::kBf16));
   kv.sliding_codec = options.kv_sliding_codec;
+  kv.layer_codecs = options.kv_layer_codecs;
   const KvCodec sliding = kv.sliding_codec.value_or(kv.codec);
-  for (const KvCodec& codec : {kv.codec, sliding})
+  std::vector<KvCodec> codecs = {kv.codec, sliding};
+  for (const auto& [layer, codec] : kv.layer_codecs) codecs.push_back(codec);
+  for (const KvCodec& codec : codecs)
     LMX_REQUIRE(
         InvalidArgument, !codec.quantized() || backend_->supports_quantized_kv(),
         "KV codec {}: the {} backend stores only f32 and bf16 KV (the quantized codecs run on the CPU "
         "backend so far)",
         codec.name(), backend_->description());
   // The f32 KV cache is the exactness reference: every op of the backend computes in f32 then.
-  backend_->set_exact(kv.codec.kind() == KvCodecKind::kF32 && sliding.kind() == KvCodecKind::kF32);
+  backend_->set_exact(std::all_of(codecs.begin(), codecs.end(),
+                                  [](const KvCodec& c) { return c.kind() == KvCodecKind::kF32; }));
   forward_->prepare(*backend_);
   kv.block_tokens = options.kv_block_tokens > 0 ? options.kv_block_tokens : kDefaultKvBlockTokens;
   kv.budget_bytes = options.kv_budget_bytes;

@@ -43,6 +43,8 @@ struct ModelOptions {
   std::optional<KvCodec> kv_codec;
   // The sliding-window layers' codec; unset: kv_codec's.
   std::optional<KvCodec> kv_sliding_codec;
+  // Model layers with codecs of their own (read_kv_config: a model directory's kv_config.json).
+  std::map<int, KvCodec> kv_layer_codecs;
   int kv_block_tokens = 0;     // 0: kDefaultKvBlockTokens
   size_t kv_budget_bytes = 0;  // 0: KvCacheOptions' default share of the backend's free memory
   // The prefix cache's cap on bytes of blocks no sequence references (KvCacheOptions::prefix_cache_bytes):
