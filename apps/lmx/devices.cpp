@@ -88,8 +88,8 @@ void add_model_options(CLI::App* command, ModelFlags& flags) {
   command->add_option(
       "--kv-cache", flags.kv_cache,
       "KV cache codec: f32, bf16, affine4 or affine8 (MLX affine along head_dim, groups of 64; affine4:g32 "
-      "etc. for 32 or 128), turbo (TurboQuant k8v3; turbo:k8v4, turbo:k4v3, ...); the quantized ones on the "
-      "CPU only so far (default: f32 on the CPU, bf16 on CUDA)");
+      "etc. for 32 or 128), turbo (TurboQuant k8v3; turbo:k8v4, turbo:k4v3, ...) (default: f32 on the CPU, "
+      "bf16 on CUDA)");
   command->add_option("--kv-cache-sliding", flags.kv_cache_sliding,
                       "KV cache codec of the sliding-window layers, as --kv-cache (default: --kv-cache's)");
   command->add_option("--kv-budget", flags.kv_budget,
@@ -142,12 +142,7 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
   }
   // A model directory's kv_config.json sets per-layer codecs unless a KV codec flag chooses for every layer.
   if (flags.kv_cache.empty() && flags.kv_cache_sliding.empty()) {
-    std::map<int, KvCodec> layer_codecs = read_kv_config(dir);
-    if (!layer_codecs.empty() && !target.is_cpu())
-      std::fprintf(stderr, "lmx: note: %s/kv_config.json is not applied: quantized KV runs on the CPU backend only so far\n",
-                   dir.c_str());
-    else
-      options.kv_layer_codecs = std::move(layer_codecs);
+    options.kv_layer_codecs = read_kv_config(dir);
   }
   if (!flags.kv_budget.empty()) options.kv_budget_bytes = parse_bytes(flags.kv_budget, "--kv-budget");
   options.kv_block_tokens = flags.kv_block_tokens;

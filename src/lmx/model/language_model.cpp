@@ -63,11 +63,9 @@ LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_
   std::vector<KvCodec> codecs = {kv.codec, sliding};
   for (const auto& [layer, codec] : kv.layer_codecs) codecs.push_back(codec);
   for (const KvCodec& codec : codecs)
-    LMX_REQUIRE(
-        InvalidArgument, !codec.quantized() || backend_->supports_quantized_kv(),
-        "KV codec {}: the {} backend stores only f32 and bf16 KV (the quantized codecs run on the CPU "
-        "backend so far)",
-        codec.name(), backend_->description());
+    LMX_REQUIRE(InvalidArgument, !codec.quantized() || backend_->supports_quantized_kv(),
+                "KV codec {}: the {} backend stores only f32 and bf16 KV", codec.name(),
+                backend_->description());
   // The f32 KV cache is the exactness reference: every op of the backend computes in f32 then.
   backend_->set_exact(std::all_of(codecs.begin(), codecs.end(),
                                   [](const KvCodec& c) { return c.kind() == KvCodecKind::kF32; }));

@@ -2,6 +2,7 @@
 #include "lmx/quant/turbo.h"
 
 #include "lmx/core/half.h"
+#include "lmx/quant/turbo_centroids.h"
 
 #include <algorithm>
 #include <array>
@@ -11,12 +12,9 @@
 namespace lmx::quant {
 namespace {
 
-constexpr std::array<float, 4> kCentroids2 = {-1.5104f, -0.4528f, 0.4528f, 1.5104f};
-constexpr std::array<float, 8> kCentroids3 = {-2.1520f, -1.3440f, -0.7560f, -0.2451f,
-                                              0.2451f,  0.7560f,  1.3440f,  2.1520f};
-constexpr std::array<float, 16> kCentroids4 = {-2.7326f, -2.0690f, -1.6181f, -1.2562f, -0.9424f, -0.6568f,
-                                               -0.3881f, -0.1284f, 0.1284f,  0.3881f,  0.6568f,  0.9424f,
-                                               1.2562f,  1.6181f,  2.0690f,  2.7326f};
+constexpr std::array<float, 4> kCentroids2 = {LMX_TURBO_CENTROIDS_2};
+constexpr std::array<float, 8> kCentroids3 = {LMX_TURBO_CENTROIDS_3};
+constexpr std::array<float, 16> kCentroids4 = {LMX_TURBO_CENTROIDS_4};
 
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ull);

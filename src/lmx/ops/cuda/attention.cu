@@ -34,7 +34,9 @@ constexpr int64_t kDecodeMaxTokens = 64;
 constexpr int64_t kDecodeMaxSlots = 2048;  // the combine kernel keeps 16 bytes per slot in shared memory
 constexpr size_t kDecodeMaxBytes = size_t{512} << 20;
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+size_t align256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
 int dim_tier(int head_dim) {
   for (int t : {32, 64, 128, 256}) {
@@ -56,7 +58,8 @@ Plan make_plan(const AttentionBatch& b) {
   const int64_t chunks = std::max<int64_t>(1, (b.max_kv_len + kChunkKeys - 1) / kChunkKeys);
   // A window of W keys touches at most (W - 1) / 256 + 2 chunks.
   const int64_t slots = b.window > 0 ? std::min<int64_t>(chunks, (b.window - 1) / kChunkKeys + 2) : chunks;
-  const size_t rows = static_cast<size_t>(b.tokens) * static_cast<size_t>(b.heads) * static_cast<size_t>(slots);
+  const size_t rows =
+      static_cast<size_t>(b.tokens) * static_cast<size_t>(b.heads) * static_cast<size_t>(slots);
   const size_t acc_bytes = align256(rows * static_cast<size_t>(b.head_dim) * sizeof(float));
   const size_t decode_bytes = acc_bytes + align256(rows * sizeof(float2));
   if (b.tokens <= kDecodeMaxTokens && slots <= kDecodeMaxSlots && decode_bytes <= kDecodeMaxBytes) {
@@ -82,6 +85,8 @@ void validate(const AttentionBatch& b) {
               b.q && b.out && b.q_pos && b.q_seq && b.k.blocks && b.v.blocks && b.k.first_block &&
                   b.v.first_block && b.kv_len && b.q_stride >= int64_t{b.heads} * b.head_dim,
               "cuda attention: missing pointer or q_stride {} < heads * head_dim", b.q_stride);
+  LMX_REQUIRE(InvalidArgument, (b.k.codec == StoreCodec::kBf16) == (b.v.codec == StoreCodec::kBf16),
+              "cuda attention: keys and values must both be bf16 rows or both coded");
   LMX_REQUIRE(
       InvalidArgument,
       b.k.block_tokens > 0 && b.k.block_tokens % attn::kTileKeys == 0 && b.v.block_tokens == b.k.block_tokens,
@@ -122,7 +127,9 @@ __global__ void kv_append_kernel(const float* k, int64_t k_stride, const float* 
 
 }  // namespace
 
-size_t attention_partials_bytes(const AttentionBatch& batch) { return make_plan(batch).bytes; }
+size_t attention_partials_bytes(const AttentionBatch& batch) {
+  return make_plan(batch).bytes;
+}
 
 namespace {
 
@@ -184,7 +191,8 @@ void launch_attention(const AttentionBatch& batch, const Plan& plan, attn::Param
     set_decode_fields(p, plan, partials);
     attn::launch_decode(p, tier, stream);
   } else {
-    const bool wgmma = attn::prefill_wgmma_runs(tier);
+    // (The wgmma kernel reads bf16 rows only: coded stores take the mma kernel.)
+    const bool wgmma = batch.k.codec == StoreCodec::kBf16 && attn::prefill_wgmma_runs(tier);
     const int rows = attn::prefill_rows(tier, wgmma);
     p.gh = std::min(p.group, rows);
     p.head_blocks = (p.group + p.gh - 1) / p.gh;
@@ -223,6 +231,9 @@ bool attention_with_inputs(const AttentionBatch& batch, const AttentionInputs& i
   validate(batch);
   LMX_REQUIRE(InvalidArgument, in.q == batch.q && in.inv_freq != nullptr,
               "attention_with_inputs: inputs.q must be the batch's q, and inv_freq set");
+  LMX_REQUIRE(InvalidArgument, batch.k.codec == StoreCodec::kBf16 && batch.v.codec == StoreCodec::kBf16,
+              "attention_with_inputs: bf16 stores only (coded stores: attention_inputs without a store, "
+              "kv_append_coded, attention)");
   LMX_REQUIRE(InvalidArgument, (in.k == nullptr) == (in.v == nullptr),
               "attention_with_inputs: keys and values are appended together (k and v both set or both null)");
   const Plan plan = make_plan(batch);
@@ -269,11 +280,11 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
   const int64_t work = tokens * (vec4 ? row_elems / 4 : row_elems);
   const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, 8192));
   if (vec4) {
-    launch(kv_append_kernel<true>, grid, kThreads, 0, stream, k, k_stride, v, v_stride, tokens, row_elems, q_pos,
-        q_seq, k_store, v_store);
+    launch(kv_append_kernel<true>, grid, kThreads, 0, stream, k, k_stride, v, v_stride, tokens, row_elems,
+           q_pos, q_seq, k_store, v_store);
   } else {
-    launch(kv_append_kernel<false>, grid, kThreads, 0, stream, k, k_stride, v, v_stride, tokens, row_elems, q_pos,
-        q_seq, k_store, v_store);
+    launch(kv_append_kernel<false>, grid, kThreads, 0, stream, k, k_stride, v, v_stride, tokens, row_elems,
+           q_pos, q_seq, k_store, v_store);
   }
 }
 

@@ -20,32 +20,43 @@ namespace lmx::cuda {
 //   blocks[s * stride + p / block_tokens - first_block[s]] + offset bytes + (p % block_tokens) * kv_heads *
 //   head_dim
 // bf16 elements. block_tokens is a multiple of 64: an attention tile of 64 keys lies in one block.
+//
+// A coded store (codec != kBf16) holds the quantized layouts of ops/paged_kv.h instead: affine codes, then
+// bf16 scales, then biases (AffineKvHalf), or TurboQuant key or value rows (quant/turbo.h), each
+// [block_tokens, kv_heads] rows from `offset`. Attention decodes them inside its tile loads (kv_codec.cuh).
+enum class StoreCodec : uint8_t { kBf16, kAffine, kTurboKey, kTurboValue };
+
 struct PagedStore {
   const void* const* blocks = nullptr;
   int64_t stride = 0;
   const int32_t* first_block = nullptr;
   int block_tokens = 0;
   int64_t offset = 0;  // bytes from a block's start to the layer's array
+  StoreCodec codec = StoreCodec::kBf16;
+  int bits = 0;   // coded: code bits (affine 4 or 8; TurboQuant keys 4 or 8, values 2, 3 or 4)
+  int group = 0;  // affine: elements per scale and bias (32, 64 or 128)
 };
 
 // One attention call over a ragged batch: T query tokens, each belonging to one of S sequences.
 struct AttentionBatch {
-  const float* q = nullptr;        // [T, heads, head_dim] f32; token t at q + t * q_stride
+  const float* q = nullptr;  // [T, heads, head_dim] f32; token t at q + t * q_stride
   int64_t q_stride = 0;
-  float* out = nullptr;            // [T, heads, head_dim] f32 contiguous
+  float* out = nullptr;  // [T, heads, head_dim] f32 contiguous
   int64_t tokens = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;  // heads % kv_heads == 0; head_dim ≤ 512, multiple of 8
-  const int32_t* q_pos = nullptr;  // [T] position of each query token
-  const int32_t* q_seq = nullptr;  // [T] sequence index of each query token, in [0, S)
-  PagedStore k, v;                 // the layer's keys and values
-  const int32_t* kv_len = nullptr;  // [S] stored tokens (positions < kv_len are valid)
+  const int32_t* q_pos = nullptr;             // [T] position of each query token
+  const int32_t* q_seq = nullptr;             // [T] sequence index of each query token, in [0, S)
+  PagedStore k, v;                            // the layer's keys and values
+  const int32_t* kv_len = nullptr;            // [S] stored tokens (positions < kv_len are valid)
   int64_t max_kv_len = 0;  // host-side upper bound on every kv_len (sizes the split-KV grid)
   int window = 0;          // > 0: key j visible to a query at p iff p - j < window
   float scale = 1.0f;      // scores = scale * (q · k)
 };
 
 // out[t, h] = Σ_j softmax_j(scale * q[t,h]·k[j, h/g]) v[j, h/g] over visible keys j: j ≤ q_pos[t],
-// j < kv_len[seq], and the window. A query with no visible key gets zeros. Picks flash-decoding
+// j < kv_len[seq], and the window. A query with no visible key gets zeros. Coded stores are decoded into
+// each tile (bf16, like the bf16 rows); over TurboQuant values out is in their rotated space
+// (turbo_unrotate_rows). Picks flash-decoding
 // (split-KV, for few query tokens per sequence) or tiled flash attention (prefill) internally; each
 // query's result does not depend on the other queries in the call.
 void attention(const AttentionBatch& batch, float* partials, size_t partials_bytes, cudaStream_t stream);
@@ -59,16 +70,28 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
                int kv_heads, int head_dim, const int32_t* q_pos, const int32_t* q_seq,
                const PagedStore& k_store, const PagedStore& v_store, cudaStream_t stream);
 
+// kv_append for coded stores (k_store and v_store both coded): each token-head row of k and v quantized in
+// its store's codec, written at q_pos[t] of sequence q_seq[t]; the same bytes as the CPU codec for the same
+// input (ops/cpu/affine_kv.cpp, quant/turbo.cpp). head_dim a multiple of 8, at most 512.
+void kv_append_coded(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
+                     int kv_heads, int head_dim, const int32_t* q_pos, const int32_t* q_seq,
+                     const PagedStore& k_store, const PagedStore& v_store, cudaStream_t stream);
+
+// TurboQuant's deferred inverse rotation: each of `rows` rows of x [rows, head_dim] (contiguous) ← s ⊙ H(row)
+// (quant::turbo_unrotate). attention() over TurboQuant values leaves its outputs in the rotated space; this
+// brings them back. head_dim a power of two in [32, 512].
+void turbo_unrotate_rows(float* x, int64_t rows, int head_dim, cudaStream_t stream);
+
 // One group of heads for attention_inputs: head h of token t is the head_dim floats at
 // x + t * token_stride + h * head_dim.
 struct HeadNormJob {
   float* x = nullptr;
   int64_t token_stride = 0;
   int heads = 0;
-  const float* weight = nullptr;      // RMSNorm weight [head_dim] f32, or nullptr (no weight)
-  bool rope = false;                  // rotate after the norm (rope's contract, positions / inv_freq)
-  PagedStore store;                   // store.blocks set: the result goes to the bf16 row of positions[t] of
-                                      // sequence q_seq[t] (kv_append's layout); else it overwrites x
+  const float* weight = nullptr;  // RMSNorm weight [head_dim] f32, or nullptr (no weight)
+  bool rope = false;              // rotate after the norm (rope's contract, positions / inv_freq)
+  PagedStore store;               // store.blocks set: the result goes to the bf16 row of positions[t] of
+                                  // sequence q_seq[t] (kv_append's layout); else it overwrites x
 };
 constexpr int kMaxHeadNormJobs = 3;
 

@@ -8,6 +8,7 @@
 #include "lmx/ops/cuda/context.h"
 #include "lmx/ops/cuda/cuda_check.h"
 #include "lmx/ops/cuda/head_norm.cuh"
+#include "lmx/ops/cuda/kv_codec.cuh"
 #include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/tuning.h"
 
@@ -22,7 +23,9 @@ namespace {
 // Warps per block: 16 query rows, ≤ 64 output columns (and ≥ 8 keys of S) per warp. A block holds one
 // 64-key tile and is latency-bound, so more warps per block finish it sooner (ncu, E4B at 512 keys:
 // 2 warps of dim 256 ran 9.4 µs at 0.3 instructions per cycle per scheduler).
-constexpr int decode_nw(int dim_tier) { return dim_tier <= 64 ? 1 : dim_tier / 64; }
+constexpr int decode_nw(int dim_tier) {
+  return dim_tier <= 64 ? 1 : dim_tier / 64;
+}
 
 // grid.x = token × kv head × head block, grid.y = chunk slot (chunk = first visible chunk + slot).
 // Slots past the token's last visible chunk exit at once (the combine kernel never reads them), so
@@ -171,7 +174,9 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   const bool fresh_here = fresh >= key0 && fresh < key0 + kTileKeys;
   __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
   __nv_bfloat16* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
-  if (p.tokens == 1) {
+  // Coded stores (kv_codec.cuh) are decoded by plain loads after the wait, the whole tile at once.
+  const bool coded = p.k.codec != StoreCodec::kBf16;
+  if (p.tokens == 1 && !coded) {
     load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y, fresh);
     load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y, fresh);
   }
@@ -182,7 +187,12 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   wait_for_prior_kernels();
   allow_next_kernel();
   const bool computes_row = kInputs && p.k_in != nullptr;  // the new key row comes from take_inputs
-  if (p.tokens != 1) {
+  if (coded) {
+    codec::load_coded_tile<DT, L::kThreads>(ks, p.k, seq, p.kv_heads, kvh, p.head_dim, key0, range.x,
+                                            range.y);
+    codec::load_coded_tile<DT, L::kThreads>(vs, p.v, seq, p.kv_heads, kvh, p.head_dim, key0, range.x,
+                                            range.y);
+  } else if (p.tokens != 1) {
     load_tile<DT, L::kThreads>(ks, kbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y);
     load_tile<DT, L::kThreads>(vs, vbase, p.kv_heads, kvh, p.head_dim, key0, range.x, range.y);
   } else if (fresh_here && !computes_row) {
@@ -206,7 +216,8 @@ __global__ void __launch_bounds__(Layout<DT, NW, 1>::kThreads) decode_kernel(Par
   st.reset();
   cp_async_wait<0>();
   __syncthreads();  // K, V and Q visible to every warp
-  process_tile<DT, NW, 1>(smem, st, key0, lo, hi, p.scale_log2, [] {}, [] {});
+  process_tile<DT, NW, 1>(
+      smem, st, key0, lo, hi, p.scale_log2, [] {}, [] {});
 
   // Chunk state of each valid row: (m, l) and acc — in global partials, or (kFold) in this block's shared
   // memory: acc [16 rows][DT] floats, then (m, l) [16 rows].
@@ -251,7 +262,8 @@ __device__ __forceinline__ void fold_cluster(const Params& p, char* smem, int t,
   float* coef_a = reinterpret_cast<float*>(smem + L::kP);
   float* coef_b = coef_a + 16 * kFoldMaxSlots;
   float* coef_l = coef_b + 16 * kFoldMaxSlots;
-  static_assert(sizeof(float) * (2 * kFoldMaxSlots + 1) * 16 <= L::kRed - L::kP, "the P tile holds the coefficients");
+  static_assert(sizeof(float) * (2 * kFoldMaxSlots + 1) * 16 <= L::kRed - L::kP,
+                "the P tile holds the coefficients");
   static_assert(sizeof(float) * 16 * (DT + 2) <= L::kV - L::kK, "the K tile holds a chunk state");
   const int4* info = reinterpret_cast<const int4*>(smem + L::kRowInfo);
   const int n = valid_slots(p, range);
@@ -289,8 +301,9 @@ __device__ __forceinline__ void fold_cluster(const Params& p, char* smem, int t,
     float acc = *cluster.map_shared_rank(own, 0);
 #pragma unroll
     for (int k = 1; k < kFoldMaxSlots; ++k)
-      if (k < n) acc = merge_apply(acc, coef_a[row * kFoldMaxSlots + k], *cluster.map_shared_rank(own, k),
-                                   coef_b[row * kFoldMaxSlots + k]);
+      if (k < n)
+        acc = merge_apply(acc, coef_a[row * kFoldMaxSlots + k], *cluster.map_shared_rank(own, k),
+                          coef_b[row * kFoldMaxSlots + k]);
     *out = __fdiv_rn(acc, coef_l[row]);
   }
   cluster.sync();  // no block leaves while another may still read its shared memory
@@ -356,7 +369,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(Params p) {
   for (int d = threadIdx.x; d < p.head_dim; d += kCombineThreads) {
     float acc = src[d];
 #pragma unroll 4
-    for (int k = 1; k < n; ++k) acc = merge_apply(acc, ak[k], src[static_cast<int64_t>(k) * p.head_dim + d], bk[k]);
+    for (int k = 1; k < n; ++k)
+      acc = merge_apply(acc, ak[k], src[static_cast<int64_t>(k) * p.head_dim + d], bk[k]);
     out[d] = __fdiv_rn(acc, l);
   }
 }
@@ -382,7 +396,8 @@ bool folds_in_clusters(const Params& p) {
 template <int DT, bool kInputs>
 bool launch_decode_dt(const Params& p, cudaStream_t stream) {
   using L = Layout<DT, decode_nw(DT), 1>;
-  const dim3 grid(static_cast<unsigned>(p.tokens * p.kv_heads * p.head_blocks), static_cast<unsigned>(p.n_slots));
+  const dim3 grid(static_cast<unsigned>(p.tokens * p.kv_heads * p.head_blocks),
+                  static_cast<unsigned>(p.n_slots));
   if (folds_in_clusters<DT, kInputs>(p)) {
     launch_with_clusters(decode_kernel<DT, true, kInputs>, grid, L::kThreads, L::kBytes, stream,
                          dim3(1, static_cast<unsigned>(p.n_slots), 1), p);

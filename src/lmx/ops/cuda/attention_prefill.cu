@@ -2,10 +2,12 @@
 // tiles (runs of one sequence, at most tokens_per_item long, also cut at multiples of it); a
 // persistent kernel then takes (tile, kv head, head block) items from an atomic counter, most
 // expensive (latest) tiles first, and walks each item's keys in 64-key tiles, folding each tile's chunk
-// state (kChunkKeys = 64) into the running state in registers. Numerics: attention_kernels.cuh (identical to the split-KV path).
+// state (kChunkKeys = 64) into the running state in registers. Numerics: attention_kernels.cuh (identical to
+// the split-KV path).
 #include "lmx/ops/cuda/attention_kernels.cuh"
-#include "lmx/ops/cuda/launch.cuh"
 #include "lmx/ops/cuda/cuda_check.h"
+#include "lmx/ops/cuda/kv_codec.cuh"
+#include "lmx/ops/cuda/launch.cuh"
 
 #include <algorithm>
 
@@ -16,8 +18,8 @@ constexpr int kListThreads = 1024;
 
 // work[0] = 0 (item counter), work[1] = tile count, work[2 + i] = first token of tile i, then a
 // `tokens` sentinel. Token t starts a tile iff t == 0, t % tpt == 0 or q_seq[t] != q_seq[t - 1].
-__global__ void __launch_bounds__(kListThreads) tile_list_kernel(const int32_t* q_seq, int tokens, int tpt,
-                                                                 int* work) {
+__global__ void __launch_bounds__(kListThreads)
+    tile_list_kernel(const int32_t* q_seq, int tokens, int tpt, int* work) {
   wait_for_prior_kernels();
   allow_next_kernel();
   __shared__ int warp_sums[32];
@@ -115,14 +117,20 @@ __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_ke
       const int seq = p.q_seq[t0];
       const int64_t row_elems = static_cast<int64_t>(p.kv_heads) * p.head_dim;
       // The first rows of tile `tile`'s keys and values (one block holds a whole tile).
-      auto k_tile = [&](int tile) { return paged_row(p.k, seq, tile * kTileKeys, row_elems); };
-      auto v_tile = [&](int tile) { return paged_row(p.v, seq, tile * kTileKeys, row_elems); };
+      // Tile `tile` of the keys (values) into ks (vs): cp.async copies of bf16 rows, or a coded store's rows
+      // decoded by plain stores (kv_codec.cuh), which the next barrier makes visible like a waited copy.
+      auto load = [&](__nv_bfloat16* dst, const PagedStore& store, int tile) {
+        if (store.codec != StoreCodec::kBf16)
+          codec::load_coded_tile<DT, L::kThreads>(dst, store, seq, p.kv_heads, kvh, p.head_dim,
+                                                  tile * kTileKeys, blo, bhi);
+        else
+          load_tile<DT, L::kThreads>(dst, paged_row(store, seq, tile * kTileKeys, row_elems), p.kv_heads, kvh,
+                                     p.head_dim, tile * kTileKeys, blo, bhi);
+      };
       const int tile_lo = blo / kTileKeys, tile_hi = (bhi + kTileKeys - 1) / kTileKeys;
-      load_tile<DT, L::kThreads>(ks, k_tile(tile_lo), p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo,
-                                 bhi);
+      load(ks, p.k, tile_lo);
       cp_async_commit();
-      load_tile<DT, L::kThreads>(vs, v_tile(tile_lo), p.kv_heads, kvh, p.head_dim, tile_lo * kTileKeys, blo,
-                                 bhi);
+      load(vs, p.v, tile_lo);
       cp_async_commit();
       ChunkState<DT, NW> st;
       st.reset();
@@ -133,15 +141,11 @@ __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_ke
         process_tile<DT, NW, RG>(
             smem, st, tile * kTileKeys, lo, hi, p.scale_log2,
             [&] {
-              if (more)
-                load_tile<DT, L::kThreads>(ks, k_tile(tile + 1), p.kv_heads, kvh, p.head_dim,
-                                           (tile + 1) * kTileKeys, blo, bhi);
+              if (more) load(ks, p.k, tile + 1);
               cp_async_commit();
             },
             [] { cp_async_wait<1>(); });
-        if (more)
-          load_tile<DT, L::kThreads>(vs, v_tile(tile + 1), p.kv_heads, kvh, p.head_dim,
-                                     (tile + 1) * kTileKeys, blo, bhi);
+        if (more) load(vs, p.v, tile + 1);
         cp_async_commit();
         if (!more || (tile + 1) % kChunkTiles == 0) {
           fold_chunk<DT, NW>(st, rm, rl, racc);
@@ -161,8 +165,9 @@ __global__ void __launch_bounds__(Layout<DT, NW, RG>::kThreads, MINB) prefill_ke
       for (int n = 0; n < D::kNB; ++n) {
         const int col = wn * D::kDW + n * 8 + 2 * q4;
         if (col < p.head_dim) {
-          const float2 o = any ? make_float2(__fdiv_rn(racc[n][2 * r], rl[r]), __fdiv_rn(racc[n][2 * r + 1], rl[r]))
-                               : make_float2(0.0f, 0.0f);
+          const float2 o =
+              any ? make_float2(__fdiv_rn(racc[n][2 * r], rl[r]), __fdiv_rn(racc[n][2 * r + 1], rl[r]))
+                  : make_float2(0.0f, 0.0f);
           *reinterpret_cast<float2*>(dst + col) = o;
         }
       }
@@ -177,7 +182,8 @@ void launch_prefill_dt(const Params& p, cudaStream_t stream) {
   const void* kernel = reinterpret_cast<const void*>(&prefill_kernel<DT, C::kNW, C::kRG, C::kMinBlocks>);
   ensure_smem(kernel, L::kBytes);
   const int64_t max_items = static_cast<int64_t>(p.tokens) * p.kv_heads * p.head_blocks;
-  const int grid = static_cast<int>(std::min<int64_t>(resident_blocks(kernel, L::kThreads, L::kBytes), max_items));
+  const int grid =
+      static_cast<int>(std::min<int64_t>(resident_blocks(kernel, L::kThreads, L::kBytes), max_items));
   launch(prefill_kernel<DT, C::kNW, C::kRG, C::kMinBlocks>, grid, L::kThreads, L::kBytes, stream, p);
 }
 
@@ -190,11 +196,21 @@ void launch_prefill(const Params& p, int dim_tier, bool wgmma, cudaStream_t stre
     return;
   }
   switch (dim_tier) {
-    case 32: launch_prefill_dt<32>(p, stream); break;
-    case 64: launch_prefill_dt<64>(p, stream); break;
-    case 128: launch_prefill_dt<128>(p, stream); break;
-    case 256: launch_prefill_dt<256>(p, stream); break;
-    default: launch_prefill_dt<512>(p, stream); break;
+    case 32:
+      launch_prefill_dt<32>(p, stream);
+      break;
+    case 64:
+      launch_prefill_dt<64>(p, stream);
+      break;
+    case 128:
+      launch_prefill_dt<128>(p, stream);
+      break;
+    case 256:
+      launch_prefill_dt<256>(p, stream);
+      break;
+    default:
+      launch_prefill_dt<512>(p, stream);
+      break;
   }
 }
 

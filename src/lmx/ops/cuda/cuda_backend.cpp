@@ -56,9 +56,11 @@ struct Rows {
   int64_t stride, rows, cols;
 };
 
-void require_plain_kv(const PagedKvLayer& kv) {
-  LMX_REQUIRE(InvalidArgument, kv.quant_bits == 0,
-              "cuda backend: the quantized KV codecs run on the CPU backend only so far (CUDA: f32 or bf16)");
+// The quantized formats the CUDA kernels read and write (kv_codec.cuh): head dims up to 512 in 8-element
+// chunks; the KvCodec checks the rest (groups dividing head_dim, TurboQuant's power-of-two head_dim).
+void require_cuda_kv(const PagedKvLayer& kv) {
+  LMX_REQUIRE(InvalidArgument, kv.quant_bits == 0 || (kv.head_dim % 8 == 0 && kv.head_dim <= 512),
+              "cuda backend: quantized KV needs head_dim a multiple of 8 up to 512, got {}", kv.head_dim);
 }
 
 Rows rows_of(const Tensor& t, const char* what) {
@@ -366,11 +368,15 @@ class CudaBackend final : public Backend {
                       stream());
     return true;
   }
+  bool supports_quantized_kv() const override { return true; }
   void kv_append(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& k, const Tensor& v) override {
-    require_plain_kv(kv);
+    require_cuda_kv(kv);
     const Rows kr = rows_of(k, "kv_append k"), vr = rows_of(v, "kv_append v");
     const cuda::AttentionBatch b = batch(step, kv, nullptr, 0, nullptr, 0);
-    if (kv.dtype == DType::kF32)
+    if (kv.quant_bits > 0)
+      cuda::kv_append_coded(kr.data, kr.stride, vr.data, vr.stride, step.tokens, kv.kv_heads, kv.head_dim,
+                            step.q_pos, step.q_row, b.k, b.v, stream());
+    else if (kv.dtype == DType::kF32)
       cuda::kv_append_f32(kr.data, kr.stride, vr.data, vr.stride, step.tokens, kv.kv_heads, kv.head_dim,
                           step.q_pos, step.q_row, b.k, b.v, stream());
     else
@@ -379,7 +385,7 @@ class CudaBackend final : public Backend {
   }
   void attention(const PagedKvStep& step, const PagedKvLayer& kv, const Tensor& q, float scale,
                  Tensor& out) override {
-    require_plain_kv(kv);
+    require_cuda_kv(kv);
     const Rows qr = rows_of(q, "attention q");
     float* o = contiguous_f32(out, "attention out");
     cuda::AttentionBatch b = batch(step, kv, qr.data, qr.stride, o, static_cast<int>(qr.cols / kv.head_dim));
@@ -391,6 +397,8 @@ class CudaBackend final : public Backend {
     const size_t bytes = cuda::attention_partials_bytes(b);
     void* partials = ctx().scratch(cuda::Scratch::kAttentionPartials, std::max<size_t>(bytes, 1));
     cuda::attention(b, static_cast<float*>(partials), bytes, stream());
+    // TurboQuant: attention summed the values in their rotated space; rotate each output row back once.
+    if (kv.turbo) cuda::turbo_unrotate_rows(o, step.tokens * b.heads, kv.head_dim, stream());
   }
 
   // ---- Fused ops -------------------------------------------------------------------------------------
@@ -576,6 +584,16 @@ class CudaBackend final : public Backend {
     b.k = b.v = store;
     b.k.offset = static_cast<int64_t>(kv.k_offset);
     b.v.offset = static_cast<int64_t>(kv.v_offset);
+    if (kv.turbo) {
+      b.k.codec = cuda::StoreCodec::kTurboKey;
+      b.v.codec = cuda::StoreCodec::kTurboValue;
+      b.k.bits = kv.quant_bits;
+      b.v.bits = kv.value_bits;
+    } else if (kv.quant_bits > 0) {
+      b.k.codec = b.v.codec = cuda::StoreCodec::kAffine;
+      b.k.bits = b.v.bits = kv.quant_bits;
+      b.k.group = b.v.group = kv.quant_group;
+    }
     b.kv_len = step.kv_len;
     b.max_kv_len = step.max_kv_len;
     b.window = kv.window;
