@@ -3,10 +3,12 @@
 // next-token distributions, top-1 agreement, the cache's bytes per token and its compression against bf16.
 // Prints one markdown table row per codec.
 //
-//   bench_kv_quality --model DIR --ids FILE [--tokens N] [--codecs f32,bf16,affine8,affine4,...]
+//   bench_kv_quality --model DIR --ids FILE [--tokens N] [--codecs f32,bf16,affine8,affine4,fit:PATH,...]
 //
 // FILE holds token ids separated by commas or whitespace (e.g. `lmx tokenize` output).
 #include "lmx/core/error.h"
+#include "lmx/kv/kv_config.h"
+#include "lmx/model/kv_fit.h"
 #include "lmx/model/language_model.h"
 #include "lmx/ops/cpu/cpu_backend.h"
 
@@ -41,27 +43,20 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
-// Log-probabilities of every position's next token [positions × vocab], run one token per step.
-std::vector<float> teacher_forced(const std::string& dir, const lmx::KvCodec& codec,
+// The model with `spec`'s KV codecs: a KvCodec spec for every layer, or "fit:PATH" for a kv_fit.json's
+// per-layer codecs (the rest f32); its log-probabilities at every position and its bytes per token.
+std::vector<float> teacher_forced(const std::string& dir, const std::string& spec,
                                   const std::vector<int32_t>& ids, size_t* bytes_per_token) {
   lmx::ModelOptions options;
-  options.kv_codec = codec;
+  if (spec.rfind("fit:", 0) == 0) {
+    options.kv_codec = lmx::KvCodec(lmx::KvCodecKind::kF32);
+    options.kv_layer_codecs = lmx::read_kv_fit(spec.substr(4));
+  } else {
+    options.kv_codec = lmx::KvCodec::parse(spec);
+  }
   auto model = lmx::LanguageModel::load(dir, lmx::make_cpu_backend(), options);
   *bytes_per_token = model->kv_cache().layout().bytes_per_token();
-  auto sequence = model->new_sequence();
-  const auto vocab = static_cast<size_t>(model->description().vocab_size);
-  std::vector<float> out(ids.size() * vocab);
-  for (size_t t = 0; t < ids.size(); ++t) {
-    const lmx::StepRow row{sequence.get(), std::span<const int32_t>(&ids[t], 1)};
-    const lmx::Tensor logits = model->forward(std::span(&row, 1));
-    const float* l = logits.data<float>();
-    double max_value = -INFINITY, sum = 0;
-    for (size_t i = 0; i < vocab; ++i) max_value = std::max<double>(max_value, l[i]);
-    for (size_t i = 0; i < vocab; ++i) sum += std::exp(l[i] - max_value);
-    const double lse = max_value + std::log(sum);
-    for (size_t i = 0; i < vocab; ++i) out[t * vocab + i] = static_cast<float>(l[i] - lse);
-  }
-  return out;
+  return lmx::teacher_forced_logprobs(*model, ids);
 }
 
 }  // namespace
@@ -84,30 +79,18 @@ int main(int argc, char** argv) {
     if (ids.size() > tokens) ids.resize(tokens);
     LMX_REQUIRE(lmx::InvalidArgument, ids.size() >= 2, "{} holds fewer than 2 token ids", ids_path);
     size_t f32_bytes = 0;
-    const std::vector<float> reference = teacher_forced(model, lmx::KvCodec::parse("f32"), ids, &f32_bytes);
+    const std::vector<float> reference = teacher_forced(model, "f32", ids, &f32_bytes);
     const size_t vocab = reference.size() / ids.size();
     size_t bf16_bytes = 0;
-    (void)teacher_forced(model, lmx::KvCodec::parse("bf16"),
-                         std::vector<int32_t>(ids.begin(), ids.begin() + 1), &bf16_bytes);
+    (void)teacher_forced(model, "bf16", std::vector<int32_t>(ids.begin(), ids.begin() + 1), &bf16_bytes);
     std::printf("%zu positions, vocabulary %zu\n\n", ids.size(), vocab);
     std::printf("| codec | mean KL vs f32 | top-1 agreement | KV bytes per token | vs bf16 |\n");
     std::printf("| --- | --- | --- | --- | --- |\n");
     for (const std::string& spec : split(codecs)) {
       size_t bytes = 0;
-      const std::vector<float> lp = teacher_forced(model, lmx::KvCodec::parse(spec), ids, &bytes);
-      double kl = 0;
-      size_t agree = 0;
-      for (size_t t = 0; t < ids.size(); ++t) {
-        const float* p = reference.data() + t * vocab;
-        const float* q = lp.data() + t * vocab;
-        double row = 0;
-        for (size_t i = 0; i < vocab; ++i) row += std::exp(static_cast<double>(p[i])) * (p[i] - q[i]);
-        kl += row;
-        agree += std::max_element(p, p + vocab) - p == std::max_element(q, q + vocab) - q;
-      }
-      std::printf("| %s | %.5f | %.2f %% | %zu | %.2f× |\n", spec.c_str(),
-                  kl / static_cast<double>(ids.size()),
-                  100.0 * static_cast<double>(agree) / static_cast<double>(ids.size()), bytes,
+      const std::vector<float> lp = teacher_forced(model, spec, ids, &bytes);
+      const lmx::KvDivergence d = lmx::kv_divergence(reference, lp, vocab);
+      std::printf("| %s | %.5f | %.2f %% | %zu | %.2f× |\n", spec.c_str(), d.mean_kl, 100.0 * d.top1, bytes,
                   static_cast<double>(bf16_bytes) / static_cast<double>(bytes));
       std::fflush(stdout);
     }

@@ -40,6 +40,7 @@ Verb add_template(CLI::App& app);
 Verb add_chat(CLI::App& app);
 Verb add_info(CLI::App& app);
 Verb add_batch(CLI::App& app);
+Verb add_kv_fit(CLI::App& app);
 
 // The flags every model-running verb takes: where it runs and how its KV cache is kept.
 struct ModelFlags {

@@ -1,6 +1,7 @@
 // Backend selection for the model-running verbs (--device) and `lmx info`.
 #include "commands.h"
 
+#include "lmx/io/directory.h"
 #include "lmx/kv/kv_config.h"
 
 #include "lmx/core/error.h"
@@ -140,9 +141,11 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
       throw InvalidArgument(fmt::format("--kv-cache-sliding: {}", e.what()));
     }
   }
-  // A model directory's kv_config.json sets per-layer codecs unless a KV codec flag chooses for every layer.
+  // A model directory's kv_fit.json (`lmx kv-fit`), else its kv_config.json, sets per-layer codecs unless a
+  // KV codec flag chooses for every layer.
   if (flags.kv_cache.empty() && flags.kv_cache_sliding.empty()) {
-    options.kv_layer_codecs = read_kv_config(dir);
+    const std::string fit = join_path(dir, "kv_fit.json");
+    options.kv_layer_codecs = path_exists(fit) ? read_kv_fit(fit) : read_kv_config(dir);
   }
   if (!flags.kv_budget.empty()) options.kv_budget_bytes = parse_bytes(flags.kv_budget, "--kv-budget");
   options.kv_block_tokens = flags.kv_block_tokens;

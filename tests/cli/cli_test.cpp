@@ -252,11 +252,13 @@ TEST(Cli, SaveAndLoadKvSnapshots) {
   // Continue from the snapshot: its tokens (the prompt and the answer but its last token) plus that token.
   std::string ids = "2,397,729,4924";
   for (int t : first_tokens) ids += "," + std::to_string(t);
-  const test::RunResult next = test::run_lmx(demo + " --prompt-ids " + ids + " --max-tokens 4 --load-kv " + snapshot);
+  const test::RunResult next =
+      test::run_lmx(demo + " --prompt-ids " + ids + " --max-tokens 4 --load-kv " + snapshot);
   ASSERT_EQ(next.exit_code, 0) << next.output;
   const auto next_json = nlohmann::json::parse(next.output);
   EXPECT_EQ(next_json["reused_tokens"].get<int>(), 7);
-  EXPECT_EQ(next_json["tokens"].get<std::vector<int>>(), std::vector<int>(whole_tokens.begin() + 4, whole_tokens.end()));
+  EXPECT_EQ(next_json["tokens"].get<std::vector<int>>(),
+            std::vector<int>(whole_tokens.begin() + 4, whole_tokens.end()));
   // Without a prompt flag the snapshot's own tokens are the prompt.
   const test::RunResult resumed = test::run_lmx(demo + " --max-tokens 5 --load-kv " + snapshot);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -280,8 +282,8 @@ TEST(Cli, SaveAndLoadKvSnapshots) {
 
 // A model directory's kv_config.json sets per-layer affine codecs (reported, fewer bytes) unless a KV
 // codec flag chooses for every layer; a malformed one is an error naming the entry.
-TEST(Cli, KvConfigJsonSetsLayerCodecs) {
-  test::TempDir dir;
+// A directory of links to the demo model's files (so that tests may add files beside them).
+void link_demo_model(const test::TempDir& dir) {
   const std::string demo = test::source_path("models/demo");
   for (const char* file : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                            "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
@@ -289,6 +291,11 @@ TEST(Cli, KvConfigJsonSetsLayerCodecs) {
     std::filesystem::create_symlink(demo + "/" + file, dir.file(file), error);
     ASSERT_FALSE(error) << error.message();
   }
+}
+
+TEST(Cli, KvConfigJsonSetsLayerCodecs) {
+  test::TempDir dir;
+  link_demo_model(dir);
   const std::string run = "generate --model " + dir.path() + " --prompt-ids 2,397,729,4924 --max-tokens 4";
   const test::RunResult plain = test::run_lmx(run + " --json");
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
@@ -296,7 +303,7 @@ TEST(Cli, KvConfigJsonSetsLayerCodecs) {
       << R"([{"layer_idx": 4, "bits": 8, "group_size": 64}, {"layer_idx": 5, "bits": 4, "group_size": 32}])";
   const test::RunResult config = test::run_lmx(run);
   ASSERT_EQ(config.exit_code, 0) << config.output;
-  EXPECT_NE(config.output.find("(f32; layers 5 affine4:g32; layers 4 affine8:g64)"), std::string::npos)
+  EXPECT_NE(config.output.find("(f32; layer 5 affine4:g32; layer 4 affine8:g64)"), std::string::npos)
       << config.output;
   const test::RunResult config_json = test::run_lmx(run + " --json");
   ASSERT_EQ(config_json.exit_code, 0) << config_json.output;
@@ -305,10 +312,12 @@ TEST(Cli, KvConfigJsonSetsLayerCodecs) {
   const test::RunResult flag = test::run_lmx(run + " --kv-cache bf16");
   ASSERT_EQ(flag.exit_code, 0) << flag.output;
   EXPECT_NE(flag.output.find("(bf16)"), std::string::npos) << flag.output;
-  std::ofstream(dir.file("kv_config.json"), std::ios::trunc) << R"([{"layer_idx": 4, "bits": 2, "group_size": 64}])";
+  std::ofstream(dir.file("kv_config.json"), std::ios::trunc)
+      << R"([{"layer_idx": 4, "bits": 2, "group_size": 64}])";
   const test::RunResult bad = test::run_lmx(run);
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.output.find("kv_config.json entry 0: bits 2 with group_size 64"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("kv_config.json entry 0: bits 2 with group_size 64"), std::string::npos)
+      << bad.output;
 }
 
 TEST(Cli, KvCacheFlags) {
@@ -371,6 +380,44 @@ TEST(Cli, KvCacheFlags) {
     EXPECT_NE(r.output.find(bad.message), std::string::npos) << bad.flags << ": " << r.output;
     EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
   }
+}
+
+// lmx kv-fit measures every layer's candidates on calibration text, writes kv_fit.json within the budget, and
+// the model-running verbs then apply it; --reuse plans again from the recorded measurements; a budget no
+// assignment meets is an error saying so.
+TEST(Cli, KvFitWritesACodecPerLayerThatGenerateApplies) {
+  test::TempDir dir;
+  link_demo_model(dir);
+  std::ofstream(dir.file("calibration.txt")) << "The cache keeps keys and values of every layer in blocks. "
+                                                "Attention reads them back at every step of decoding.";
+  const std::string fit = "kv-fit --model " + dir.path() + " --text-file " + dir.file("calibration.txt") +
+                          " --tokens 32 --codecs bf16,turbo:k8v4,turbo:k4v3";
+  const test::RunResult measured = test::run_lmx(fit + " --ratio 2");
+  ASSERT_EQ(measured.exit_code, 0) << measured.output;
+  EXPECT_NE(measured.output.find("wrote " + dir.file("kv_fit.json")), std::string::npos) << measured.output;
+  EXPECT_NE(measured.output.find("kv-fit: 18/18 layer"), std::string::npos) << "6 layers x 3 codecs measured";
+  const nlohmann::json written = nlohmann::json::parse(std::ifstream(dir.file("kv_fit.json")));
+  EXPECT_EQ(written["layers"].size(), 6u);
+  EXPECT_EQ(written["measurements"].size(), 18u);
+  EXPECT_LE(written["bytes_per_token"].get<int>(), 1792 / 2);
+
+  const test::RunResult run =
+      test::run_lmx("generate --model " + dir.path() + " --prompt-ids 2,397,729,4924 --max-tokens 4");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("turbo:k"), std::string::npos) << run.output;
+
+  const test::RunResult again = test::run_lmx(fit + " --ratio 3 --reuse " + dir.file("kv_fit.json") +
+                                              " --out " + dir.file("fit3.json"));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output.find("kv-fit: 1/"), std::string::npos) << "--reuse measures nothing";
+  EXPECT_LE(nlohmann::json::parse(std::ifstream(dir.file("fit3.json")))["bytes_per_token"].get<int>(),
+            1792 / 3);
+
+  const test::RunResult impossible = test::run_lmx(fit + " --ratio 20 --reuse " + dir.file("kv_fit.json") +
+                                                   " --out " + dir.file("never.json"));
+  EXPECT_EQ(impossible.exit_code, 1);
+  EXPECT_NE(impossible.output.find("no assignment of the candidate codecs fits"), std::string::npos)
+      << impossible.output;
 }
 
 }  // namespace

@@ -59,8 +59,9 @@ KvLayout::KvLayout(std::span<const KvLayerGeometry> model_layers, KvCodec codec,
 }
 
 std::string KvLayout::codec_description() const {
-  std::string out = codec_.name();
-  if (sliding_codec_ != codec_) out += ", sliding " + sliding_codec_.name();
+  // (When every cache layer has a codec of its own, the defaults name no layer and are left out.)
+  std::string out = layer_codecs_.size() == layers_.size() ? "" : codec_.name();
+  if (!out.empty() && sliding_codec_ != codec_) out += ", sliding " + sliding_codec_.name();
   // Layers with codecs of their own, grouped by codec as runs: "; layers 0-3, 7 affine8:g64".
   std::map<std::string, std::vector<int>> by_codec;
   for (const auto& [layer, codec] : layer_codecs_) by_codec[codec.name()].push_back(layer);
@@ -73,7 +74,8 @@ std::string KvLayout::codec_description() const {
               (j == i ? std::to_string(layers[i]) : fmt::format("{}-{}", layers[i], layers[j]));
       i = j + 1;
     }
-    out += fmt::format("; layers {} {}", runs, name);
+    out += fmt::format("{}{} {} {}", out.empty() ? "" : "; ", layers.size() == 1 ? "layer" : "layers", runs,
+                       name);
   }
   return out;
 }
