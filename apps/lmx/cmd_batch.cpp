@@ -12,6 +12,7 @@
 #include "lmx/io/output_file.h"
 #include "lmx/model/language_model.h"
 #include "lmx/server/request_fields.h"
+#include "lmx/text/chat_template.h"
 #include "lmx/text/tokenizer.h"
 
 #include <unistd.h>

@@ -10,6 +10,7 @@
 #include "lmx/io/model_dir.h"
 #include "lmx/kv/snapshot.h"
 #include "lmx/model/language_model.h"
+#include "lmx/text/chat_template.h"
 #include "lmx/text/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -147,12 +148,15 @@ Verb add_generate(CLI::App& app) {
         LMX_REQUIRE(Error, finish != FinishReason::kError, "{}", error);
         if (!opt->save_kv.empty()) {
           LMX_REQUIRE(Error, conversation->sequence != nullptr, "--save-kv: the request left no KV to save");
-          save_kv_snapshot(opt->save_kv, model->kv_cache(), model->kv_cache().own(conversation->sequence.get()),
-                           conversation->tokens, *identity);
+          save_kv_snapshot(opt->save_kv, model->kv_cache(),
+                           model->kv_cache().own(conversation->sequence.get()), conversation->tokens,
+                           *identity);
         }
         const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
         const double prompt_tok_s =
-            first_token_s > 0 ? static_cast<double>(static_cast<int64_t>(prompt.size()) - reused) / first_token_s : 0;
+            first_token_s > 0
+                ? static_cast<double>(static_cast<int64_t>(prompt.size()) - reused) / first_token_s
+                : 0;
         const double decode_tok_s = tokens.size() > 1 && total_s > first_token_s
                                         ? static_cast<double>(tokens.size() - 1) / (total_s - first_token_s)
                                         : 0;
@@ -167,9 +171,10 @@ Verb add_generate(CLI::App& app) {
           if (tokenizer) out["text"] = text;
           std::printf("%s\n", out.dump().c_str());
         } else {
-          std::printf("\nprompt: %zu tokens (%lld reused), %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
-                      prompt.size(), static_cast<long long>(reused), prompt_tok_s, tokens.size(), decode_tok_s,
-                      format_bytes(kv_bytes).c_str(), model->kv_cache().layout().codec_description().c_str());
+          std::printf(
+              "\nprompt: %zu tokens (%lld reused), %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
+              prompt.size(), static_cast<long long>(reused), prompt_tok_s, tokens.size(), decode_tok_s,
+              format_bytes(kv_bytes).c_str(), model->kv_cache().layout().codec_description().c_str());
         }
         return 0;
       }};

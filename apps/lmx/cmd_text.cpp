@@ -26,21 +26,6 @@ nlohmann::ordered_json read_json_array(const std::string& path, const char* flag
 
 }  // namespace
 
-std::string render_chat(const Tokenizer& tokenizer, const nlohmann::ordered_json& messages,
-                        const nlohmann::ordered_json& tools, bool add_generation_prompt,
-                        std::optional<bool> enable_thinking) {
-  if (tokenizer.chat_template().empty())
-    throw InvalidArgument("the model has no chat template (chat_template.jinja or tokenizer_config.json)");
-  ChatTemplateInputs inputs;
-  inputs.messages = messages;
-  inputs.tools = tools;
-  inputs.add_generation_prompt = add_generation_prompt;
-  inputs.enable_thinking = enable_thinking;
-  inputs.bos_token = tokenizer.bos_token();
-  inputs.eos_token = tokenizer.eos_token();
-  return ChatTemplate(tokenizer.chat_template()).render(inputs);
-}
-
 Verb add_tokenize(CLI::App& app) {
   struct Options {
     std::string model, text, text_file;

@@ -41,6 +41,7 @@ Verb add_chat(CLI::App& app);
 Verb add_info(CLI::App& app);
 Verb add_batch(CLI::App& app);
 Verb add_kv_fit(CLI::App& app);
+Verb add_serve(CLI::App& app);
 
 // The flags every model-running verb takes: where it runs and how its KV cache is kept.
 struct ModelFlags {
@@ -96,10 +97,6 @@ std::vector<int32_t> end_token_ids(const GenerationConfig& generation, const Lan
 
 // Parses "2,105,7" into token ids; throws InvalidArgument naming the bad item.
 std::vector<int32_t> parse_ids(const std::string& csv);
-// Renders messages through the tokenizer's chat template with its BOS/EOS strings.
-std::string render_chat(const Tokenizer& tokenizer, const nlohmann::ordered_json& messages,
-                        const nlohmann::ordered_json& tools, bool add_generation_prompt,
-                        std::optional<bool> enable_thinking);
 // The bundled demo model directory (models/demo beside the working directory, the binary or the
 // source tree); InvalidArgument when none exists.
 std::string default_model_dir();

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
     verbs = {lmx::cli::add_generate(app),   lmx::cli::add_logits(app),   lmx::cli::add_synth(app),
              lmx::cli::add_bench(app),      lmx::cli::add_convert(app),  lmx::cli::add_tokenize(app),
              lmx::cli::add_detokenize(app), lmx::cli::add_template(app), lmx::cli::add_chat(app),
-             lmx::cli::add_kv_fit(app),     lmx::cli::add_info(app),     lmx::cli::add_batch(app)};
+             lmx::cli::add_kv_fit(app),     lmx::cli::add_serve(app),    lmx::cli::add_info(app),
+             lmx::cli::add_batch(app)};
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -2,7 +2,9 @@
 // does.
 #include "lmx/text/chat_template.h"
 
+#include "lmx/core/error.h"
 #include "lmx/text/jinja/json_convert.h"
+#include "lmx/text/tokenizer.h"
 
 namespace lmx {
 
@@ -37,6 +39,21 @@ std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
   for (auto it = inputs.extra.begin(); it != inputs.extra.end(); ++it)
     put(it.key(), jinja::value_from_json(it.value()));
   return template_.render(std::move(vars), limits_);
+}
+
+std::string render_chat(const Tokenizer& tokenizer, const nlohmann::ordered_json& messages,
+                        const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                        std::optional<bool> enable_thinking) {
+  if (tokenizer.chat_template().empty())
+    throw InvalidArgument("the model has no chat template (chat_template.jinja or tokenizer_config.json)");
+  ChatTemplateInputs inputs;
+  inputs.messages = messages;
+  inputs.tools = tools;
+  inputs.add_generation_prompt = add_generation_prompt;
+  inputs.enable_thinking = enable_thinking;
+  inputs.bos_token = tokenizer.bos_token();
+  inputs.eos_token = tokenizer.eos_token();
+  return ChatTemplate(tokenizer.chat_template()).render(inputs);
 }
 
 }  // namespace lmx

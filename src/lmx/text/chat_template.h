@@ -49,4 +49,11 @@ class ChatTemplate {
   jinja::RenderLimits limits_;
 };
 
+class Tokenizer;
+// Renders messages (and tools) through the tokenizer's chat template with its BOS and EOS strings.
+// InvalidArgument when the model has no chat template; template errors as ChatTemplate::render.
+std::string render_chat(const Tokenizer& tokenizer, const nlohmann::ordered_json& messages,
+                        const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                        std::optional<bool> enable_thinking);
+
 }  // namespace lmx

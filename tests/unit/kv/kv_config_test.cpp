@@ -74,12 +74,6 @@ TEST(KvConfig, TheLayoutAppliesLayerCodecsAndDescribesThem) {
                InvalidArgument);
 }
 
-}  // namespace
-}  // namespace lmx
-
-namespace lmx {
-namespace {
-
 std::string fit_error(const std::string& path) {
   try {
     read_kv_fit(path);

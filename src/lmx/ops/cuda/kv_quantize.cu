@@ -17,9 +17,10 @@ using codec::kTurboBlock;
 constexpr int kWarps = 4;     // rows per block
 constexpr int kMaxDim = 512;  // head_dim bound (shared floats per warp)
 
+// (Every f16/bf16 parameter sits at an even offset of its half. Two byte stores lost the low byte here — an
+// H100 run wrote 00 in every low byte — so one 16-bit store.)
 __device__ __forceinline__ void store_u16(char* p, uint16_t v) {
-  p[0] = static_cast<char>(v & 0xffu);
-  p[1] = static_cast<char>(v >> 8);
+  *reinterpret_cast<uint16_t*>(p) = v;
 }
 
 // quantize_affine_row's group g (ops/cpu/affine_kv.cpp): MLX's GPU rounding.

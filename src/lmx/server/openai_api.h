@@ -1,0 +1,108 @@
+// The OpenAI-compatible request and response bodies the HTTP server speaks (POST /v1/chat/completions and
+// /v1/completions, GET /v1/models): requests parsed into GenerationRequests, engine results and events turned
+// into the JSON objects and stream chunks OpenAI sends. Pure functions: http_server.cpp does the I/O.
+#pragma once
+
+#include "lmx/engine/request.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lmx {
+
+class Tokenizer;
+
+// A request the server refuses: the HTTP status and OpenAI's error object fields.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string type, const std::string& message, std::string param = {})
+      : std::runtime_error(message), status_(status), type_(std::move(type)), param_(std::move(param)) {}
+  int http_status() const { return status_; }
+  const std::string& type() const { return type_; }
+  const std::string& param() const { return param_; }
+
+ private:
+  int status_;
+  std::string type_, param_;
+};
+
+// {"error": {"message", "type", "param", "code"}} as OpenAI sends it.
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param = {},
+                          int code = 0);
+
+// A parsed completion request: what the engine runs and how the answer is sent.
+struct ApiRequest {
+  GenerationRequest generation;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+  bool echo = false;           // completions: the prompt text before each choice's text
+  std::string prompt_text;     // completions with echo: the prompt as text
+};
+
+// POST /v1/chat/completions: "messages" (role system, developer — taken as system —, user, assistant, tool;
+// content a string or an array of {"type": "text", "text"} parts) rendered by the model's chat template,
+// then the request fields (request_fields.h) over `defaults`, "stream" and "stream_options". Throws ApiError
+// (400, invalid_request_error) naming the field for anything malformed.
+ApiRequest parse_chat_request(const nlohmann::ordered_json& body, const GenerationRequest& defaults,
+                              const Tokenizer& tokenizer);
+// POST /v1/completions: "prompt" a string, or an array of token ids (or one such string or array in an
+// array), "echo", then as above.
+ApiRequest parse_completion_request(const nlohmann::ordered_json& body, const GenerationRequest& defaults,
+                                    const Tokenizer& tokenizer);
+
+// One choice's results as the engine's events accumulate them.
+struct ChoiceOutput {
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;
+  std::optional<FinishReason> finish;
+  std::string error;
+};
+// Adds one event to its choice's output.
+void accumulate(ChoiceOutput& out, const RequestEvent& event);
+
+// Usage: prompt, completion and total tokens, and prompt_tokens_details.cached_tokens (prompt tokens whose KV
+// was reused).
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+nlohmann::json usage_json(const Usage& usage);
+
+// "stop", "length" (cancelled and failed choices are not answered with a body).
+const char* openai_finish_reason(FinishReason reason);
+
+// Logprobs of tokens as the chat API nests them ({"content": [{"token", "logprob", "bytes",
+// "top_logprobs"}]}) and as the completions API lists them ({"tokens", "token_logprobs", "top_logprobs",
+// "text_offset"}).
+nlohmann::json chat_logprobs_json(const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer);
+nlohmann::json completion_logprobs_json(const std::vector<TokenLogprob>& logprobs,
+                                        const Tokenizer& tokenizer);
+
+// Whole responses.
+struct ResponseHeader {
+  std::string id, model;
+  int64_t created = 0;
+};
+nlohmann::json chat_completion_json(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
+                                    const Usage& usage, bool logprobs, const Tokenizer& tokenizer);
+nlohmann::json text_completion_json(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
+                                    const Usage& usage, bool logprobs, const std::string& echo_prefix,
+                                    const Tokenizer& tokenizer);
+
+// Stream chunks ("chat.completion.chunk" / "text_completion"): a choice's first chunk (the assistant role),
+// a content delta (with its tokens' logprobs when asked), a choice's last chunk (finish_reason, empty
+// delta), and the usage chunk (no choices).
+nlohmann::json chat_chunk_json(const ResponseHeader& header, int choice, const nlohmann::json& delta,
+                               const char* finish_reason, const nlohmann::json& logprobs = nullptr);
+nlohmann::json chat_usage_chunk_json(const ResponseHeader& header, const Usage& usage);
+nlohmann::json text_chunk_json(const ResponseHeader& header, int choice, const std::string& text,
+                               const char* finish_reason, const nlohmann::json& logprobs = nullptr);
+
+// GET /v1/models: one model.
+nlohmann::json models_json(const std::string& model_id, int64_t created);
+
+}  // namespace lmx
