@@ -17,8 +17,10 @@ using codec::kTurboBlock;
 constexpr int kWarps = 4;     // rows per block
 constexpr int kMaxDim = 512;  // head_dim bound (shared floats per warp)
 
-// (Every f16/bf16 parameter sits at an even offset of its half. Two byte stores lost the low byte here — an
-// H100 run wrote 00 in every low byte — so one 16-bit store.)
+// Every f16/bf16 parameter sits at an even offset of its half: one 16-bit store of the bits. (Written as two
+// byte stores of (v & 0xff) and (v >> 8), an H100 run showed each low byte holding the parameter's float value
+// converted to an integer — 0 for scales below 1, 58 for a zero of 58.0 — as if nvcc had folded the half
+// conversion and the byte truncation into one float-to-int8 conversion; the high bytes were right.)
 __device__ __forceinline__ void store_u16(char* p, uint16_t v) {
   *reinterpret_cast<uint16_t*>(p) = v;
 }
