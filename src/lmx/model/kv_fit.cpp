@@ -112,32 +112,29 @@ KvFitMeasurements measure_kv_reference(const KvFitInputs& in) {
   m.vocab = static_cast<size_t>(reference->description().vocab_size);
   const KvLayout& layout = reference->kv_cache().layout();
   m.f32_bytes_per_token = layout.bytes_per_token();
-  for (int c = 0; c < layout.num_cache_layers(); ++c)
+  for (int c = 0; c < layout.num_cache_layers(); ++c) {
+    m.cache_layers.push_back(layout.layer(c));
     m.bf16_bytes_per_token +=
         KvCodec(KvCodecKind::kBf16).token_bytes(layout.layer(c).num_kv_heads, layout.layer(c).head_dim) * 2;
+  }
   return m;
 }
 
 KvFitMeasurements measure_kv_options(const KvFitInputs& in) {
   LMX_REQUIRE(InvalidArgument, !in.candidates.empty(), "kv fit: needs at least one candidate codec");
   KvFitMeasurements m = measure_kv_reference(in);
-  // Every (owning layer, candidate) the layer's geometry takes, from a layout of the model's layers.
+  // Every (owning layer, candidate) the layer's geometry takes.
   std::vector<std::tuple<int, KvCodec, size_t>> work;
-  {
-    const std::unique_ptr<LanguageModel> model = in.load({});
-    const KvLayout& layout = model->kv_cache().layout();
-    for (int c = 0; c < layout.num_cache_layers(); ++c) {
-      const KvCacheLayer& layer = layout.layer(c);
-      for (const KvCodec& codec : in.candidates) {
-        size_t bytes = 0;
-        try {
-          bytes = codec.token_bytes(layer.num_kv_heads, layer.head_dim) +
-                  codec.token_bytes(layer.num_kv_heads, layer.head_dim, true);
-        } catch (const InvalidArgument&) {
-          continue;  // this layer's geometry does not take the codec
-        }
-        work.emplace_back(layer.model_layer, codec, bytes);
+  for (const KvCacheLayer& layer : m.cache_layers) {
+    for (const KvCodec& codec : in.candidates) {
+      size_t bytes = 0;
+      try {
+        bytes = codec.token_bytes(layer.num_kv_heads, layer.head_dim) +
+                codec.token_bytes(layer.num_kv_heads, layer.head_dim, true);
+      } catch (const InvalidArgument&) {
+        continue;  // this layer's geometry does not take the codec
       }
+      work.emplace_back(layer.model_layer, codec, bytes);
     }
   }
   for (size_t i = 0; i < work.size(); ++i) {

@@ -12,6 +12,7 @@
 
 #include "lmx/kv/kv_codec.h"
 #include "lmx/kv/kv_config.h"
+#include "lmx/kv/kv_layout.h"
 
 #include <cstddef>
 #include <functional>
@@ -59,6 +60,7 @@ struct KvFitMeasurements {
   std::vector<float> reference;  // the f32 cache's log-probabilities
   size_t vocab = 0;
   size_t f32_bytes_per_token = 0, bf16_bytes_per_token = 0;
+  std::vector<KvCacheLayer> cache_layers;  // the model's cache layers (geometry), in order
 };
 // The reference half of a fit: the f32 cache's log-probabilities on inputs.ids and the bytes per token, no
 // options (planning again from recorded options needs only this).

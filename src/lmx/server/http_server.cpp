@@ -273,13 +273,8 @@ struct HttpServer::Impl {
           forget(run->id);
           for (int64_t g : state->generated) state->usage.completion_tokens += g;
           if (run->request.include_usage) {
-            nlohmann::json usage = chat ? chat_usage_chunk_json(run->header, state->usage)
-                                        : text_chunk_json(run->header, 0, "", nullptr);
-            if (!chat) {
-              usage["choices"] = nlohmann::json::array();
-              usage["usage"] = usage_json(state->usage);
-            }
-            write(sse(usage));
+            write(sse(chat ? chat_usage_chunk_json(run->header, state->usage)
+                           : text_usage_chunk_json(run->header, state->usage)));
           }
           write("data: [DONE]\n\n");
           sink.done();

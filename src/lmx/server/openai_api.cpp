@@ -248,11 +248,21 @@ nlohmann::json chat_chunk_json(const ResponseHeader& header, int choice, const n
   return out;
 }
 
-nlohmann::json chat_usage_chunk_json(const ResponseHeader& header, const Usage& usage) {
-  nlohmann::json out = header_json(header, "chat.completion.chunk");
+namespace {
+nlohmann::json usage_chunk_json(const ResponseHeader& header, const char* object, const Usage& usage) {
+  nlohmann::json out = header_json(header, object);
   out["choices"] = nlohmann::json::array();
   out["usage"] = usage_json(usage);
   return out;
+}
+}  // namespace
+
+nlohmann::json chat_usage_chunk_json(const ResponseHeader& header, const Usage& usage) {
+  return usage_chunk_json(header, "chat.completion.chunk", usage);
+}
+
+nlohmann::json text_usage_chunk_json(const ResponseHeader& header, const Usage& usage) {
+  return usage_chunk_json(header, "text_completion", usage);
 }
 
 nlohmann::json text_chunk_json(const ResponseHeader& header, int choice, const std::string& text,

@@ -101,6 +101,7 @@ nlohmann::json chat_chunk_json(const ResponseHeader& header, int choice, const n
 nlohmann::json chat_usage_chunk_json(const ResponseHeader& header, const Usage& usage);
 nlohmann::json text_chunk_json(const ResponseHeader& header, int choice, const std::string& text,
                                const char* finish_reason, const nlohmann::json& logprobs = nullptr);
+nlohmann::json text_usage_chunk_json(const ResponseHeader& header, const Usage& usage);
 
 // GET /v1/models: one model.
 nlohmann::json models_json(const std::string& model_id, int64_t created);
