@@ -36,7 +36,7 @@ struct Engine::Request {
 
 struct Engine::Choice : ScheduledSequence {
   Choice(Request& r, int i, const Tokenizer* tokenizer)
-      : request(&r), index(i), sampler(seeded(r.spec.sampling, i)), text(tokenizer, r.spec.stop) {}
+      : request(&r), index(i), sampler(seeded(r.spec.sampling, i)), text(tokenizer, r.spec.stop, r.spec.keep_special_tokens) {}
   static SamplingParams seeded(SamplingParams params, int index) {
     if (params.seed) *params.seed += static_cast<uint64_t>(index);
     return params;
@@ -272,7 +272,10 @@ std::optional<FinishReason> Engine::apply(const Pick& p, RequestEvent& event) {
     return FinishReason::kStop;
   }
   event.text += c.text.feed(token);
-  if (c.text.stopped()) return FinishReason::kStop;
+  if (c.text.stopped()) {
+    event.stop_string = c.text.matched_stop();
+    return FinishReason::kStop;
+  }
   if (c.generated >= spec.max_tokens) {
     event.text += c.text.finish();
     return FinishReason::kLength;

@@ -37,6 +37,9 @@ struct GenerationRequest {
   int n = 1;  // ≥ 1 choices, forked from the prompt's KV; choice c samples with seed + c when seeded
   // -1: no logprobs; 0..kMaxTopLogprobs: each token's logprob and this many most probable alternatives.
   int top_logprobs = -1;
+  // Keep special tokens (<|tool_call>, <|channel>, ...) in the events' text; by default they are left out.
+  // Front ends that parse tool calls or reasoning out of the text set it.
+  bool keep_special_tokens = false;
   std::shared_ptr<Conversation> conversation;  // optional: KV kept across requests (n must be 1)
 };
 
@@ -66,8 +69,9 @@ struct RequestEvent {
   std::string text;                    // new text (empty without a tokenizer)
   std::vector<TokenLogprob> logprobs;  // one per new token when the request asked for logprobs
   std::optional<FinishReason> finish;
-  std::string error;             // with kError: what was wrong
-  int64_t prompt_tokens = 0;     // the request's prompt length
+  std::string error;          // with kError: what was wrong
+  int stop_string = -1;       // with kStop: the index of the stop string that ended it, else -1
+  int64_t prompt_tokens = 0;  // the request's prompt length
   // Prompt tokens whose KV came from its conversation or the prefix cache (choice 0's, at its admission).
   int64_t reused_tokens = 0;
   int64_t generated_tokens = 0;  // this choice's tokens so far

@@ -7,10 +7,11 @@
 
 namespace lmx {
 
-TextOutput::TextOutput(const Tokenizer* tokenizer, std::vector<std::string> stop) : stop_(std::move(stop)) {
+TextOutput::TextOutput(const Tokenizer* tokenizer, std::vector<std::string> stop, bool keep_special_tokens)
+    : stop_(std::move(stop)) {
   for (size_t i = 0; i < stop_.size(); ++i)
     LMX_REQUIRE(InvalidArgument, !stop_[i].empty(), "stop string {} is empty", i);
-  if (tokenizer) detokenizer_.emplace(*tokenizer, /*skip_special_tokens=*/true);
+  if (tokenizer) detokenizer_.emplace(*tokenizer, /*skip_special_tokens=*/!keep_special_tokens);
 }
 
 std::string TextOutput::feed(int32_t token) {
@@ -27,7 +28,13 @@ std::string TextOutput::finish() {
 
 std::string TextOutput::release(bool final) {
   size_t match = std::string::npos;
-  for (const std::string& s : stop_) match = std::min(match, pending_.find(s));
+  for (size_t i = 0; i < stop_.size(); ++i) {
+    const size_t at = pending_.find(stop_[i]);
+    if (at < match) {
+      match = at;
+      matched_stop_ = static_cast<int>(i);
+    }
+  }
   if (match != std::string::npos) {
     stopped_ = true;
     std::string out = pending_.substr(0, match);

@@ -14,8 +14,9 @@ namespace lmx {
 class TextOutput {
  public:
   // Without a tokenizer the text is always empty and stop strings never match. Stop strings must be
-  // non-empty (InvalidArgument).
-  TextOutput(const Tokenizer* tokenizer, std::vector<std::string> stop);
+  // non-empty (InvalidArgument). Special tokens (<|tool_call>, <|channel>, ...) are left out of the text
+  // unless `keep_special_tokens` (front ends that parse tool calls or reasoning from the text need them).
+  TextOutput(const Tokenizer* tokenizer, std::vector<std::string> stop, bool keep_special_tokens = false);
 
   // Feeds one generated token (not a stop token id); returns the text that can be emitted now. Once a
   // stop string matched, stopped() is true, the text before the match has been returned and later
@@ -24,6 +25,8 @@ class TextOutput {
   // The generation ended: returns the text still held back (up to a stop string it completes).
   std::string finish();
   bool stopped() const { return stopped_; }
+  // The index of the stop string that matched, or -1.
+  int matched_stop() const { return matched_stop_; }
 
  private:
   // Emits pending_ up to a stop string it contains (then stopped_), else all but the longest suffix
@@ -34,6 +37,7 @@ class TextOutput {
   std::vector<std::string> stop_;
   std::string pending_;  // decoded, not yet emitted
   bool stopped_ = false;
+  int matched_stop_ = -1;
 };
 
 }  // namespace lmx

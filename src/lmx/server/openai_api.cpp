@@ -3,6 +3,7 @@
 
 #include "lmx/core/error.h"
 #include "lmx/server/request_fields.h"
+#include "lmx/server/sse.h"
 #include "lmx/text/chat_template.h"
 #include "lmx/text/tokenizer.h"
 
@@ -81,6 +82,99 @@ nlohmann::json error_body(const std::string& message, const std::string& type, c
   return {{"error", e}};
 }
 
+ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                               bool parse_tools, std::optional<bool> enable_thinking,
+                               const GenerationRequest& defaults, const Tokenizer& tokenizer) {
+  ApiRequest r;
+  r.generation = defaults;
+  try {
+    r.generation.prompt =
+        tokenizer.encode(render_chat(tokenizer, messages, tools.empty() ? nlohmann::ordered_json() : tools,
+                                     true, enable_thinking),
+                         /*add_special_tokens=*/false);
+  } catch (const Error& e) {
+    bad_request(std::string("the chat template could not render the messages: ") + e.what(), "messages");
+  }
+  r.output = output_format_of_template(tokenizer.chat_template());
+  r.parse_tools = parse_tools && !tools.empty();
+  r.generation.keep_special_tokens = r.output != OutputFormat::kPlain;
+  // Gemma 4 opens the tool's response after its calls: the model's turn ends there.
+  if (r.parse_tools && r.output == OutputFormat::kGemma4) {
+    const int32_t response = tokenizer.token_to_id("<|tool_response>");
+    if (response >= 0) r.generation.stop_token_ids.push_back(response);
+  }
+  return r;
+}
+
+namespace {
+
+// OpenAI "tools": [{"type": "function", "function": {"name", "description", "parameters"}}].
+nlohmann::ordered_json openai_tools(const nlohmann::ordered_json& body) {
+  if (!body.contains("tools") || body["tools"].is_null()) return nlohmann::ordered_json::array();
+  const auto& tools = body["tools"];
+  if (!tools.is_array()) bad_request("\"tools\" must be an array", "tools");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const auto& t = tools[i];
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+        !t["function"].is_object())
+      bad_request(at + " must be {\"type\": \"function\", \"function\": {...}}", at);
+    if (!t["function"].contains("name") || !t["function"]["name"].is_string() ||
+        t["function"]["name"].get<std::string>().empty())
+      bad_request(at + ".function.name must be a non-empty string", at);
+    if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
+      bad_request(at + ".function.parameters must be a JSON schema object", at);
+  }
+  return tools;
+}
+
+// Whether to offer the tools: tool_choice "auto" (the default) or "none"; forcing a call is refused.
+bool tools_offered(const nlohmann::ordered_json& body) {
+  if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return true;
+  const auto& c = body["tool_choice"];
+  if (c == "auto") return true;
+  if (c == "none") return false;
+  if (c == "required" || c.is_object())
+    throw ApiError(400, "invalid_request_error",
+                   "tool_choice that forces a tool call (\"required\" or a named function) needs constrained "
+                   "decoding, which lmx does not have yet; use \"auto\"",
+                   "tool_choice");
+  bad_request("\"tool_choice\" must be \"auto\", \"none\", \"required\" or a named function", "tool_choice");
+}
+
+// An assistant message's "tool_calls" as the template wants them: arguments parsed into objects.
+nlohmann::ordered_json template_tool_calls(const nlohmann::ordered_json& calls, const std::string& where) {
+  if (!calls.is_array()) bad_request(where + " must be an array", where);
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const auto& c = calls[k];
+    const std::string at = where + "[" + std::to_string(k) + "]";
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+        !c["function"].contains("name") || !c["function"]["name"].is_string())
+      bad_request(at + " must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                  at);
+    nlohmann::ordered_json args = c["function"].value("arguments", nlohmann::ordered_json("{}"));
+    if (args.is_string()) args = nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, false);
+    if (!args.is_object()) bad_request(at + ".function.arguments must be a JSON object (as a string)", at);
+    out.push_back({{"id", c.value("id", "")},
+                   {"type", "function"},
+                   {"function", {{"name", c["function"]["name"]}, {"arguments", std::move(args)}}}});
+  }
+  return out;
+}
+
+std::optional<bool> enable_thinking(const nlohmann::ordered_json& body) {
+  if (!body.contains("chat_template_kwargs") || body["chat_template_kwargs"].is_null()) return std::nullopt;
+  const auto& kw = body["chat_template_kwargs"];
+  if (!kw.is_object()) bad_request("\"chat_template_kwargs\" must be an object", "chat_template_kwargs");
+  if (!kw.contains("enable_thinking")) return std::nullopt;
+  if (!kw["enable_thinking"].is_boolean())
+    bad_request("\"chat_template_kwargs.enable_thinking\" must be a boolean", "chat_template_kwargs");
+  return kw["enable_thinking"].get<bool>();
+}
+
+}  // namespace
+
 ApiRequest parse_chat_request(const nlohmann::ordered_json& body, const GenerationRequest& defaults,
                               const Tokenizer& tokenizer) {
   require_object(body);
@@ -99,16 +193,22 @@ ApiRequest parse_chat_request(const nlohmann::ordered_json& body, const Generati
                   where);
     nlohmann::ordered_json out = {{"role", role},
                                   {"content", content_text(m.value("content", nlohmann::ordered_json()), i)}};
+    if (role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null())
+      out["tool_calls"] = template_tool_calls(m["tool_calls"], where + ".tool_calls");
+    if (role == "assistant" && m.contains("reasoning_content") && m["reasoning_content"].is_string())
+      out["reasoning_content"] = m["reasoning_content"];
+    if (role == "tool") {
+      if (m.contains("tool_call_id") && !m["tool_call_id"].is_string())
+        bad_request(where + ".tool_call_id must be a string", where);
+      if (m.contains("tool_call_id")) out["tool_call_id"] = m["tool_call_id"];
+      if (m.contains("name") && m["name"].is_string()) out["name"] = m["name"];
+    }
     messages.push_back(std::move(out));
   }
-  ApiRequest r;
-  r.generation = defaults;
-  try {
-    r.generation.prompt = tokenizer.encode(render_chat(tokenizer, messages, nullptr, true, std::nullopt),
-                                           /*add_special_tokens=*/false);
-  } catch (const Error& e) {
-    bad_request(std::string("the chat template could not render the messages: ") + e.what(), "messages");
-  }
+  const nlohmann::ordered_json tools = openai_tools(body);
+  const bool offered = tools_offered(body);
+  ApiRequest r = render_chat_request(messages, offered ? tools : nlohmann::ordered_json::array(), offered,
+                                     enable_thinking(body), defaults, tokenizer);
   apply_common(body, r);
   return r;
 }
@@ -148,6 +248,7 @@ void accumulate(ChoiceOutput& out, const RequestEvent& event) {
   if (event.finish) {
     out.finish = event.finish;
     out.error = event.error;
+    out.stop_string = event.stop_string;
   }
 }
 
@@ -203,16 +304,40 @@ nlohmann::json header_json(const ResponseHeader& h, const char* object) {
 }
 }  // namespace
 
+namespace {
+const char* chat_finish_reason(const ChoiceOutput& c, bool called) {
+  const FinishReason f = c.finish.value_or(FinishReason::kStop);
+  return called && f == FinishReason::kStop ? "tool_calls" : openai_finish_reason(f);
+}
+
+nlohmann::json tool_call_json(const ToolCall& call, const std::string& id) {
+  return {{"id", id},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments.dump()}}}};
+}
+}  // namespace
+
 nlohmann::json chat_completion_json(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
-                                    const Usage& usage, bool logprobs, const Tokenizer& tokenizer) {
+                                    const Usage& usage, const ApiRequest& request,
+                                    const Tokenizer& tokenizer) {
+  const bool logprobs = request.generation.top_logprobs >= 0;
   nlohmann::json out = header_json(header, "chat.completion");
   nlohmann::json list = nlohmann::json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceOutput& c = choices[i];
+    const AssistantOutput split = split_output(request.output, request.parse_tools, c.text);
+    nlohmann::json message = {{"role", "assistant"}, {"content", split.content}};
+    if (!split.reasoning.empty()) message["reasoning_content"] = split.reasoning;
+    if (!split.tool_calls.empty()) {
+      if (split.content.empty()) message["content"] = nullptr;
+      nlohmann::json calls = nlohmann::json::array();
+      for (const ToolCall& call : split.tool_calls) calls.push_back(tool_call_json(call, new_tool_call_id()));
+      message["tool_calls"] = std::move(calls);
+    }
     list.push_back({{"index", i},
-                    {"message", {{"role", "assistant"}, {"content", c.text}}},
+                    {"message", std::move(message)},
                     {"logprobs", logprobs ? chat_logprobs_json(c.logprobs, tokenizer) : nlohmann::json()},
-                    {"finish_reason", openai_finish_reason(c.finish.value_or(FinishReason::kStop))}});
+                    {"finish_reason", chat_finish_reason(c, !split.tool_calls.empty())}});
   }
   out["choices"] = std::move(list);
   out["usage"] = usage_json(usage);
@@ -274,6 +399,120 @@ nlohmann::json text_chunk_json(const ResponseHeader& header, int choice, const s
         {"logprobs", logprobs},
         {"finish_reason", finish_reason ? nlohmann::json(finish_reason) : nlohmann::json()}}});
   return out;
+}
+
+namespace {
+
+class ChatStream final : public EventStream {
+ public:
+  ChatStream(const ApiRequest& r, ResponseHeader h, const Tokenizer& t)
+      : header_(std::move(h)),
+        tokenizer_(t),
+        logprobs_(r.generation.top_logprobs >= 0),
+        include_usage_(r.include_usage) {
+    for (int i = 0; i < r.generation.n; ++i) choices_.push_back({OutputSplitter(r.output, r.parse_tools)});
+  }
+
+  std::string event(const RequestEvent& e, const Usage&) override {
+    Choice& c = choices_.at(static_cast<size_t>(e.choice));
+    std::string out;
+    if (!c.started) {
+      out += sse_data(chat_chunk_json(header_, e.choice, {{"role", "assistant"}, {"content", ""}}, nullptr));
+      c.started = true;
+    }
+    std::vector<OutputPiece> pieces = c.splitter.feed(e.text);
+    if (e.finish)
+      for (OutputPiece& p : c.splitter.finish()) pieces.push_back(std::move(p));
+    nlohmann::json lp =
+        logprobs_ && !e.logprobs.empty() ? chat_logprobs_json(e.logprobs, tokenizer_) : nullptr;
+    for (const OutputPiece& p : pieces) {
+      out += sse_data(chat_chunk_json(header_, e.choice, delta(p, c), nullptr, lp));
+      lp = nullptr;
+    }
+    if (!lp.is_null()) out += sse_data(chat_chunk_json(header_, e.choice, {{"content", ""}}, nullptr, lp));
+    if (!e.finish) return out;
+    if (*e.finish == FinishReason::kError || *e.finish == FinishReason::kCancelled)
+      return out +
+             sse_data(error_body(e.error.empty() ? "the request was cancelled" : e.error, "server_error"));
+    const char* reason =
+        c.calls > 0 && *e.finish == FinishReason::kStop ? "tool_calls" : openai_finish_reason(*e.finish);
+    return out + sse_data(chat_chunk_json(header_, e.choice, nlohmann::json::object(), reason));
+  }
+
+  std::string end(const Usage& usage) override {
+    return (include_usage_ ? sse_data(chat_usage_chunk_json(header_, usage)) : std::string()) +
+           "data: [DONE]\n\n";
+  }
+
+ private:
+  struct Choice {
+    OutputSplitter splitter;
+    bool started = false;
+    int calls = 0;
+  };
+  static nlohmann::json delta(const OutputPiece& p, Choice& c) {
+    if (p.kind == OutputPiece::kContent) return {{"content", p.text}};
+    if (p.kind == OutputPiece::kReasoning) return {{"reasoning_content", p.text}};
+    nlohmann::json call = tool_call_json(p.call, new_tool_call_id());
+    call["index"] = c.calls++;
+    return {{"tool_calls", nlohmann::json::array({std::move(call)})}};
+  }
+
+  ResponseHeader header_;
+  const Tokenizer& tokenizer_;
+  bool logprobs_, include_usage_;
+  std::vector<Choice> choices_;
+};
+
+class TextStream final : public EventStream {
+ public:
+  TextStream(const ApiRequest& r, ResponseHeader h, const Tokenizer& t)
+      : header_(std::move(h)),
+        tokenizer_(t),
+        logprobs_(r.generation.top_logprobs >= 0),
+        include_usage_(r.include_usage),
+        echo_(r.echo ? r.prompt_text : std::string()),
+        started_(static_cast<size_t>(r.generation.n), false) {}
+
+  std::string event(const RequestEvent& e, const Usage&) override {
+    std::string out;
+    if (!started_.at(static_cast<size_t>(e.choice)) && !echo_.empty())
+      out += sse_data(text_chunk_json(header_, e.choice, echo_, nullptr));
+    started_[static_cast<size_t>(e.choice)] = true;
+    if (!e.text.empty() || (logprobs_ && !e.logprobs.empty()))
+      out +=
+          sse_data(text_chunk_json(header_, e.choice, e.text, nullptr,
+                                   logprobs_ ? completion_logprobs_json(e.logprobs, tokenizer_) : nullptr));
+    if (!e.finish) return out;
+    if (*e.finish == FinishReason::kError || *e.finish == FinishReason::kCancelled)
+      return out +
+             sse_data(error_body(e.error.empty() ? "the request was cancelled" : e.error, "server_error"));
+    return out + sse_data(text_chunk_json(header_, e.choice, "", openai_finish_reason(*e.finish)));
+  }
+
+  std::string end(const Usage& usage) override {
+    return (include_usage_ ? sse_data(text_usage_chunk_json(header_, usage)) : std::string()) +
+           "data: [DONE]\n\n";
+  }
+
+ private:
+  ResponseHeader header_;
+  const Tokenizer& tokenizer_;
+  bool logprobs_, include_usage_;
+  std::string echo_;
+  std::vector<bool> started_;
+};
+
+}  // namespace
+
+std::unique_ptr<EventStream> chat_event_stream(const ApiRequest& request, ResponseHeader header,
+                                               const Tokenizer& tokenizer) {
+  return std::make_unique<ChatStream>(request, std::move(header), tokenizer);
+}
+
+std::unique_ptr<EventStream> text_event_stream(const ApiRequest& request, ResponseHeader header,
+                                               const Tokenizer& tokenizer) {
+  return std::make_unique<TextStream>(request, std::move(header), tokenizer);
 }
 
 nlohmann::json models_json(const std::string& model_id, int64_t created) {

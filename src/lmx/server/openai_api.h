@@ -4,10 +4,13 @@
 #pragma once
 
 #include "lmx/engine/request.h"
+#include "lmx/server/assistant_output.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,12 +44,25 @@ struct ApiRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   bool echo = false;           // completions: the prompt text before each choice's text
   std::string prompt_text;     // completions with echo: the prompt as text
+  // Chat: how the answer's text splits into content, reasoning and tool calls.
+  OutputFormat output = OutputFormat::kPlain;
+  bool parse_tools = false;  // tools were offered (and tool_choice is not "none")
 };
 
-// POST /v1/chat/completions: "messages" (role system, developer — taken as system —, user, assistant, tool;
-// content a string or an array of {"type": "text", "text"} parts) rendered by the model's chat template,
-// then the request fields (request_fields.h) over `defaults`, "stream" and "stream_options". Throws ApiError
-// (400, invalid_request_error) naming the field for anything malformed.
+// A chat in the chat template's terms (OpenAI-shaped messages, tool_calls arguments as objects, tools as
+// {"type": "function", "function": {...}}), rendered and tokenized with the model's template: what the OpenAI
+// and Anthropic parsers share. Sets the output format from the template; special tokens stay in the text when
+// the format has markers. Throws ApiError (400) when the template refuses the chat.
+ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                               bool parse_tools, std::optional<bool> enable_thinking,
+                               const GenerationRequest& defaults, const Tokenizer& tokenizer);
+
+// POST /v1/chat/completions: "messages" (role system, developer — taken as system —, user, assistant with
+// optional "tool_calls" and "reasoning_content", tool with "tool_call_id"; content a string, null or an array
+// of {"type": "text", "text"} parts), "tools" (function tools) and "tool_choice" ("auto", "none"; forcing a
+// call is refused: it needs constrained decoding), "chat_template_kwargs.enable_thinking", rendered by the
+// model's chat template, then the request fields (request_fields.h) over `defaults`, "stream" and
+// "stream_options". Throws ApiError (400, invalid_request_error) naming the field for anything malformed.
 ApiRequest parse_chat_request(const nlohmann::ordered_json& body, const GenerationRequest& defaults,
                               const Tokenizer& tokenizer);
 // POST /v1/completions: "prompt" a string, or an array of token ids (or one such string or array in an
@@ -61,6 +77,7 @@ struct ChoiceOutput {
   std::vector<TokenLogprob> logprobs;
   std::optional<FinishReason> finish;
   std::string error;
+  int stop_string = -1;  // the stop string that ended it (RequestEvent::stop_string)
 };
 // Adds one event to its choice's output.
 void accumulate(ChoiceOutput& out, const RequestEvent& event);
@@ -87,8 +104,12 @@ struct ResponseHeader {
   std::string id, model;
   int64_t created = 0;
 };
+// A chat choice's message splits its text by the request's output format: "content" (null when empty beside
+// tool calls), "reasoning_content" when there is reasoning, "tool_calls" ({"id", "type": "function",
+// "function": {"name", "arguments" as a JSON string}}); finish_reason "tool_calls" when it called a tool.
 nlohmann::json chat_completion_json(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
-                                    const Usage& usage, bool logprobs, const Tokenizer& tokenizer);
+                                    const Usage& usage, const ApiRequest& request,
+                                    const Tokenizer& tokenizer);
 nlohmann::json text_completion_json(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
                                     const Usage& usage, bool logprobs, const std::string& echo_prefix,
                                     const Tokenizer& tokenizer);
@@ -102,6 +123,22 @@ nlohmann::json chat_usage_chunk_json(const ResponseHeader& header, const Usage& 
 nlohmann::json text_chunk_json(const ResponseHeader& header, int choice, const std::string& text,
                                const char* finish_reason, const nlohmann::json& logprobs = nullptr);
 nlohmann::json text_usage_chunk_json(const ResponseHeader& header, const Usage& usage);
+
+// One request's engine events as the server-sent events its API streams. The server calls event() for each
+// event in order and end() once every choice has finished; both return the bytes to send (maybe none).
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  virtual std::string event(const RequestEvent& event, const Usage& usage_so_far) = 0;
+  virtual std::string end(const Usage& usage) = 0;
+};
+
+// OpenAI's chat stream (a role chunk per choice, content / reasoning_content / tool_calls deltas, a finish
+// chunk, the usage chunk when asked, data: [DONE]) and its completions stream.
+std::unique_ptr<EventStream> chat_event_stream(const ApiRequest& request, ResponseHeader header,
+                                               const Tokenizer& tokenizer);
+std::unique_ptr<EventStream> text_event_stream(const ApiRequest& request, ResponseHeader header,
+                                               const Tokenizer& tokenizer);
 
 // GET /v1/models: one model.
 nlohmann::json models_json(const std::string& model_id, int64_t created);

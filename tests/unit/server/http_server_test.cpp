@@ -1,17 +1,12 @@
 // The HTTP server over real loopback HTTP (cpp-httplib's client) with the demo model: health and models;
 // chat and text completions, whole and streamed (chunks as OpenAI sends them, the same text either way, a
 // usage chunk, [DONE]); malformed JSON, wrong types, unknown routes, huge bodies, a bad API key, too many
-// requests at once; a client that disconnects mid-stream has its request cancelled; 16 concurrent greedy
-// requests each answer what the same request answers alone; a second turn reports cached prompt tokens.
-#include "lmx/server/http_server.h"
-#include "lmx/model/language_model.h"
-#include "lmx/text/tokenizer.h"
-#include "support/goldens.h"
-#include "support/test_support.h"
-#include "support/tiny_models.h"
+// requests at once; a client that disconnects mid-stream has its request cancelled; 32 concurrent greedy
+// requests each answer what the same request answers alone; 100 concurrent streams all complete; a second
+// turn reports cached prompt tokens.
+#include "served.h"
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <future>
 #include <sstream>
@@ -19,63 +14,6 @@
 
 namespace lmx {
 namespace {
-
-class Served {
- public:
-  // stop_tokens: the demo model's end tokens end a choice (else only max_tokens does).
-  explicit Served(HttpServerOptions options = {}, bool stop_tokens = true) {
-    const std::string dir = test::reference_model_dir("models/demo");
-    model_ = test::load_model(dir);
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(dir));
-    engine_ = std::make_unique<Engine>(*model_, tokenizer_.get());
-    options.port = 0;
-    options.model_id = "demo";
-    options.defaults.max_tokens = 16;
-    if (stop_tokens) options.defaults.stop_token_ids = {1, 106};
-    server_ = std::make_unique<HttpServer>(*engine_, *tokenizer_, options);
-    server_->start();
-  }
-  ~Served() { server_->stop(5.0); }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  Engine& engine() { return *engine_; }
-  HttpServer& server() { return *server_; }
-
- private:
-  std::unique_ptr<LanguageModel> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<HttpServer> server_;
-};
-
-nlohmann::json post_json(httplib::Client& c, const std::string& path, const nlohmann::json& body,
-                         int* status = nullptr, const httplib::Headers& headers = {}) {
-  auto r = c.Post(path.c_str(), headers, body.dump(), "application/json");
-  EXPECT_TRUE(r) << path;
-  if (!r) return {};
-  if (status != nullptr) *status = r->status;
-  return nlohmann::json::parse(r->body, nullptr, false);
-}
-
-// The JSON payloads of a server-sent event stream, and whether it ended with [DONE].
-std::vector<nlohmann::json> sse_events(const std::string& body, bool* done) {
-  std::vector<nlohmann::json> out;
-  *done = false;
-  std::istringstream in(body);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("data: ", 0) != 0) continue;
-    const std::string data = line.substr(6);
-    if (data == "[DONE]") {
-      *done = true;
-      continue;
-    }
-    out.push_back(nlohmann::json::parse(data));
-  }
-  return out;
-}
 
 nlohmann::json chat_body(const std::string& text, int max_tokens = 12) {
   return {
@@ -268,11 +206,11 @@ TEST(HttpServer, DisconnectCancelsAndTheLimitAnswers429) {
   EXPECT_EQ(status, 200);
 }
 
-// 16 greedy requests at once: each answers what it answers alone.
+// 32 greedy requests at once: each answers what it answers alone.
 TEST(HttpServer, ConcurrentGreedyRequestsEqualSoloOnes) {
   Served s;
   std::vector<std::string> prompts;
-  for (int i = 0; i < 16; ++i)
+  for (int i = 0; i < 32; ++i)
     prompts.push_back("Question " + std::to_string(i) + ": what is " + std::to_string(i * 7) + "?");
   std::vector<std::string> solo;
   {
@@ -302,6 +240,39 @@ TEST(HttpServer, ConcurrentGreedyRequestsEqualSoloOnes) {
       return text;
     }));
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i].get(), solo[i]) << prompts[i];
+}
+
+// 100 streams at once (beyond the default 64 in flight: the limit raised): every one ends with its finish
+// chunk and [DONE], and the server answers afterwards.
+TEST(HttpServer, HundredConcurrentStreamsComplete) {
+  HttpServerOptions o;
+  o.max_concurrent = 128;
+  Served s(o, /*stop_tokens=*/false);
+  std::vector<std::future<std::pair<bool, std::string>>> streams;
+  for (int i = 0; i < 100; ++i)
+    streams.push_back(std::async(std::launch::async, [&, i] {
+      auto c = s.client();
+      nlohmann::json body = chat_body("Stream " + std::to_string(i), 6);
+      body["stream"] = true;
+      auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+      if (!r || r->status != 200)
+        return std::make_pair(false, r ? std::to_string(r->status) + r->body : httplib::to_string(r.error()));
+      bool done = false;
+      std::string finish;
+      for (const auto& e : sse_events(r->body, &done))
+        if (!e["choices"].empty() && !e["choices"][0]["finish_reason"].is_null())
+          finish = e["choices"][0]["finish_reason"];
+      return std::make_pair(done, finish);
+    }));
+  for (auto& f : streams) {
+    const auto [done, finish] = f.get();
+    EXPECT_TRUE(done);
+    EXPECT_EQ(finish, "length");
+  }
+  auto c = s.client();
+  int status = 0;
+  post_json(c, "/v1/chat/completions", chat_body("hi", 2), &status);
+  EXPECT_EQ(status, 200);
 }
 
 }  // namespace
