@@ -12,6 +12,7 @@ namespace lmx {
 // onto `request` (fields absent keep its values, so the caller sets the model's defaults first): max_tokens
 // (or max_completion_tokens), temperature, top_p, top_k, min_p, seed, stop (a string or an array of up to
 // kMaxStopStrings strings), n (1..kMaxChoices), presence_penalty, frequency_penalty, repetition_penalty,
+// ignore_eos (true: the model's end tokens do not end a choice — benchmarks fix output lengths with it),
 // logit_bias (an object of token id strings to numbers in
 // [-100, 100]), logprobs (true/false with top_logprobs, as the chat API has it, or a number 0..20 as the
 // completions API has it). Throws InvalidArgument naming the field for a wrong type or a value out of range

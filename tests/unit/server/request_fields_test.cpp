@@ -55,6 +55,10 @@ TEST(RequestFields, AbsentAndNullKeepDefaultsAndLogprobsForms) {
   EXPECT_EQ(apply(R"({"logprobs": false, "top_logprobs": 5})").top_logprobs, -1);
   EXPECT_EQ(apply(R"({"max_completion_tokens": 7})").max_tokens, 7);
   EXPECT_EQ(apply(R"({"n": 2.0})").n, 2);
+  GenerationRequest with_eos;
+  with_eos.stop_token_ids = {1, 106};
+  EXPECT_TRUE(apply(R"({"ignore_eos": true})", with_eos).stop_token_ids.empty());
+  EXPECT_EQ(apply(R"({"ignore_eos": false})", with_eos).stop_token_ids, (std::vector<int32_t>{1, 106}));
 }
 
 TEST(RequestFields, BadValuesNameTheField) {
@@ -81,6 +85,7 @@ TEST(RequestFields, BadValuesNameTheField) {
   expect_refused(R"({"logprobs": true, "top_logprobs": 50})", "\"top_logprobs\"");
   expect_refused(R"({"presence_penalty": 3})", "\"presence_penalty\"");
   expect_refused(R"({"seed": "x"})", "\"seed\"");
+  expect_refused(R"({"ignore_eos": 1})", "\"ignore_eos\" must be a boolean");
 }
 
 }  // namespace
