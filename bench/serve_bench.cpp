@@ -49,10 +49,11 @@ struct Result {
   int64_t output_tokens = 0, prompt_tokens = 0;
 };
 
-const char* const kWords[] = {"river", "stone", "light", "quiet", "market", "garden", "winter", "paper", "signal",
-                              "orange", "window", "travel", "engine", "silver", "forest", "letter", "number",
-                              "planet", "morning", "bridge", "coffee", "music", "yellow", "dinner", "circle",
-                              "animal", "history", "machine", "summer", "island", "pocket", "mountain"};
+const char* const kWords[] = {"river",  "stone",  "light",  "quiet",   "market",  "garden",  "winter",
+                              "paper",  "signal", "orange", "window",  "travel",  "engine",  "silver",
+                              "forest", "letter", "number", "planet",  "morning", "bridge",  "coffee",
+                              "music",  "yellow", "dinner", "circle",  "animal",  "history", "machine",
+                              "summer", "island", "pocket", "mountain"};
 
 std::string words(std::mt19937_64& rng, int n) {
   std::string out;
@@ -75,9 +76,9 @@ Result send(const Options& o, const std::string& prompt, int max_tokens) {
   Result r;
   httplib::Client client(o.url);
   client.set_read_timeout(600, 0);
-  const nlohmann::json body = {{"prompt", prompt},         {"max_tokens", max_tokens}, {"temperature", 0},
-                               {"ignore_eos", true},       {"stream", true},
-                               {"stream_options", {{"include_usage", true}}}};
+  const nlohmann::json body = {{"prompt", prompt}, {"max_tokens", max_tokens},
+                               {"temperature", 0}, {"ignore_eos", true},
+                               {"stream", true},   {"stream_options", {{"include_usage", true}}}};
   const Clock::time_point start = Clock::now();
   std::optional<Clock::time_point> last;
   std::string buffer;
@@ -97,7 +98,8 @@ Result send(const Options& o, const std::string& prompt, int max_tokens) {
         r.output_tokens = j["usage"].value("completion_tokens", 0);
         r.prompt_tokens = j["usage"].value("prompt_tokens", 0);
       }
-      if (!j.contains("choices") || j["choices"].empty() || j["choices"][0].value("text", "").empty()) continue;
+      if (!j.contains("choices") || j["choices"].empty() || j["choices"][0].value("text", "").empty())
+        continue;
       const Clock::time_point now = Clock::now();
       if (!last)
         r.ttft = std::chrono::duration<double>(now - start).count();
@@ -146,8 +148,8 @@ void run(const Options& o, const std::string& workload, double rate) {
   std::vector<std::thread> threads;
   for (size_t i = 0; i < plan.size(); ++i)
     threads.emplace_back([&, i] {
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
-                                                std::chrono::duration<double>(plan[i].at)));
+      std::this_thread::sleep_until(
+          start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(plan[i].at)));
       results[i] = send(o, plan[i].prompt, plan[i].max_tokens);
     });
   for (auto& th : threads) th.join();
@@ -165,16 +167,18 @@ void run(const Options& o, const std::string& workload, double rate) {
     out_tokens += r.output_tokens;
     prompt_tokens += r.prompt_tokens;
     ttft.push_back(r.ttft * 1e3);
-    if (r.output_tokens > 1) tpot.push_back((r.e2e - r.ttft) / static_cast<double>(r.output_tokens - 1) * 1e3);
+    if (r.output_tokens > 1)
+      tpot.push_back((r.e2e - r.ttft) / static_cast<double>(r.output_tokens - 1) * 1e3);
     for (double g : r.itl) itl.push_back(g * 1e3);
   }
   char rate_text[32] = "inf";
   if (!std::isinf(rate)) std::snprintf(rate_text, sizeof rate_text, "%g", rate);
   std::printf("| %s | %s | %d/%d | %.0f | %.1f | %.2f | %.1f | %.0f / %.0f | %.1f / %.1f | %.1f / %.1f |%s\n",
               workload.c_str(), rate_text, ok, o.requests,
-              ok > 0 ? static_cast<double>(prompt_tokens) / ok : 0.0, duration, ok / duration, out_tokens / duration,
-              percentile(ttft, 0.5), percentile(ttft, 0.99), percentile(tpot, 0.5), percentile(tpot, 0.99),
-              percentile(itl, 0.5), percentile(itl, 0.99), first_error.empty() ? "" : (" " + first_error).c_str());
+              ok > 0 ? static_cast<double>(prompt_tokens) / ok : 0.0, duration, ok / duration,
+              out_tokens / duration, percentile(ttft, 0.5), percentile(ttft, 0.99), percentile(tpot, 0.5),
+              percentile(tpot, 0.99), percentile(itl, 0.5), percentile(itl, 0.99),
+              first_error.empty() ? "" : (" " + first_error).c_str());
   std::fflush(stdout);
 }
 
@@ -216,9 +220,11 @@ int main(int argc, char** argv) {
         throw std::invalid_argument("unknown option " + a);
       }
     }
-    if (o.url.find("://") == std::string::npos) throw std::invalid_argument("--url must look like http://HOST:PORT");
+    if (o.url.find("://") == std::string::npos)
+      throw std::invalid_argument("--url must look like http://HOST:PORT");
     for (const std::string& w : o.workloads)
-      if (w != "unique" && w != "shared") throw std::invalid_argument("workloads are unique and shared, got " + w);
+      if (w != "unique" && w != "shared")
+        throw std::invalid_argument("workloads are unique and shared, got " + w);
     for (double r : o.rates)
       if (!(r > 0)) throw std::invalid_argument("rates must be positive (or inf)");
     if (o.requests < 1 || o.prompt_words < 1 || o.output_tokens < 1 || o.shared_words < 0)
@@ -227,8 +233,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_serve_bench: %s\n", e.what());
     return 2;
   }
-  std::printf("| workload | rate (req/s) | ok | prompt tok (mean) | duration s | req/s | output tok/s | TTFT p50 / p99 ms "
-              "| TPOT p50 / p99 ms | ITL p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| workload | rate (req/s) | ok | prompt tok (mean) | duration s | req/s | output tok/s | TTFT p50 / "
+      "p99 ms "
+      "| TPOT p50 / p99 ms | ITL p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& w : o.workloads)
     for (double rate : o.rates) run(o, w, rate);
   return 0;

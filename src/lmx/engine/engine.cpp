@@ -3,9 +3,11 @@
 
 #include "lmx/core/error.h"
 #include "lmx/core/thread_pool.h"
+#include "lmx/engine/json_constraint.h"
 #include "lmx/engine/text_output.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 namespace lmx {
@@ -36,7 +38,10 @@ struct Engine::Request {
 
 struct Engine::Choice : ScheduledSequence {
   Choice(Request& r, int i, const Tokenizer* tokenizer)
-      : request(&r), index(i), sampler(seeded(r.spec.sampling, i)), text(tokenizer, r.spec.stop, r.spec.keep_special_tokens) {}
+      : request(&r),
+        index(i),
+        sampler(seeded(r.spec.sampling, i)),
+        text(tokenizer, r.spec.stop, r.spec.keep_special_tokens) {}
   static SamplingParams seeded(SamplingParams params, int index) {
     if (params.seed) *params.seed += static_cast<uint64_t>(index);
     return params;
@@ -45,6 +50,7 @@ struct Engine::Choice : ScheduledSequence {
   int index;
   Sampler sampler;
   TextOutput text;
+  std::optional<JsonObjectConstraint> json;  // GenerationRequest::json_object
   int64_t generated = 0;
   bool finished = false;
 };
@@ -93,6 +99,8 @@ void Engine::validate(const GenerationRequest& r) const {
     LMX_REQUIRE(InvalidArgument, !r.stop[i].empty(), "request: stop string {} is empty", i);
   LMX_REQUIRE(InvalidArgument, r.stop.empty() || tokenizer_ != nullptr,
               "request: stop strings need a tokenizer (the model directory has no tokenizer.json)");
+  LMX_REQUIRE(InvalidArgument, !r.json_object || tokenizer_ != nullptr,
+              "request: JSON output needs a tokenizer (the model directory has no tokenizer.json)");
   LMX_REQUIRE(InvalidArgument, r.conversation == nullptr || r.n == 1,
               "request: a conversation takes n = 1, got {}", r.n);
   const auto tokens = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
@@ -140,8 +148,20 @@ void Engine::admit(Incoming in) {
   r.id = in.id;
   r.spec = std::move(in.request);
   r.on_event = std::move(in.on_event);
+  if (r.spec.json_object && token_texts_.empty()) {
+    // Each token's text alone, once: what constrained decoding checks against the JSON automaton. Special
+    // tokens are never part of the JSON.
+    token_texts_.resize(static_cast<size_t>(model_.description().vocab_size));
+    token_special_.assign(token_texts_.size(), true);
+    for (int32_t id = 0; id < static_cast<int32_t>(token_texts_.size()); ++id) {
+      if (!tokenizer_->is_valid_id(id) || tokenizer_->is_special(id)) continue;
+      token_texts_[static_cast<size_t>(id)] = tokenizer_->decode(std::span(&id, 1));
+      token_special_[static_cast<size_t>(id)] = false;
+    }
+  }
   for (int i = 0; i < r.spec.n; ++i) {
     auto c = std::make_unique<Choice>(r, i, tokenizer_);
+    if (r.spec.json_object) c->json.emplace();
     c->order = next_order_++;
     c->tokens = r.spec.prompt;
     c->prompt_tokens = static_cast<int64_t>(r.spec.prompt.size());
@@ -245,7 +265,21 @@ void Engine::pick(Pick& p) const {
       }
       return;
     }
-    if (out.argmax)
+    if (c.json) {
+      // Constrained: every token the JSON automaton refuses (and every special token) is masked.
+      std::vector<float> masked(out.logits.begin(), out.logits.end());
+      bool any = false;
+      for (size_t id = 0; id < masked.size(); ++id) {
+        if (id < token_texts_.size() && !token_special_[id] && !token_texts_[id].empty() &&
+            c.json->allows(token_texts_[id])) {
+          any = true;
+        } else {
+          masked[id] = -std::numeric_limits<float>::infinity();
+        }
+      }
+      LMX_REQUIRE(InvalidArgument, any, "JSON output: no token of the vocabulary continues the JSON object");
+      p.token = c.sampler.sample(masked, c.tokens);
+    } else if (out.argmax)
       p.token = *out.argmax;
     else if (out.sampled)
       p.token = c.sampler.sample_processed(out.processed, out.uniform);
@@ -272,6 +306,13 @@ std::optional<FinishReason> Engine::apply(const Pick& p, RequestEvent& event) {
     return FinishReason::kStop;
   }
   event.text += c.text.feed(token);
+  if (c.json) {
+    c.json->accept(token_texts_.at(static_cast<size_t>(token)));
+    if (c.json->complete()) {
+      event.text += c.text.finish();
+      return FinishReason::kStop;
+    }
+  }
   if (c.text.stopped()) {
     event.stop_string = c.text.matched_stop();
     return FinishReason::kStop;
@@ -403,11 +444,16 @@ bool Engine::step() {
     // When every pick is plain greedy without logprobs, only the argmax ids leave the backend; else a
     // backend that samples returns only the sampled tokens (and requested logprobs); else the logits come.
     bool argmax_only = true;
+    // Constrained choices need every row's logits on the host.
+    bool constrained = false;
     for (const Pick& p : picks) {
       const GenerationRequest& spec = p.choice->request->spec;
       if (!is_plain_greedy(spec.sampling) || spec.top_logprobs >= 0) argmax_only = false;
+      if (spec.json_object) constrained = true;
     }
-    const bool on_backend = !argmax_only && options_.backend_sampling && model_.samples_on_backend();
+    if (constrained) argmax_only = false;
+    const bool on_backend =
+        !argmax_only && !constrained && options_.backend_sampling && model_.samples_on_backend();
     std::vector<SamplingEntry> entries;
     if (on_backend) entries = sampling_entries(picks);
     Tensor logits;

@@ -151,6 +151,10 @@ class Engine {
   std::function<void(const StepRecord&)> observer_;
   EngineStats stats_;
   uint64_t next_order_ = 0;
+  // Constrained decoding: each token's text alone and whether it is special (built at the first JSON
+  // request).
+  std::vector<std::string> token_texts_;
+  std::vector<bool> token_special_;
 
   mutable std::mutex mutex_;  // guards the members below
   std::condition_variable work_;

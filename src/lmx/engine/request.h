@@ -40,6 +40,10 @@ struct GenerationRequest {
   // Keep special tokens (<|tool_call>, <|channel>, ...) in the events' text; by default they are left out.
   // Front ends that parse tool calls or reasoning out of the text set it.
   bool keep_special_tokens = false;
+  // Constrained decoding (OpenAI's response_format json_object): each choice's text is one JSON object —
+  // every token that no JSON object could continue with is masked — and the choice ends (kStop) when it
+  // closes. Needs a tokenizer; sampling for such a step runs on the host.
+  bool json_object = false;
   std::shared_ptr<Conversation> conversation;  // optional: KV kept across requests (n must be 1)
 };
 

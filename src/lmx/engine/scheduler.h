@@ -71,8 +71,8 @@ class Scheduler {
   // oldest first, preempting the newest running ones while a row's blocks do not fit; then waiting ones
   // in arrival order while their first row fits the budget and the pool (a waiting sequence whose row
   // does not fit stops admission: no overtaking). A waiting sequence without KV starts from the longest
-  // prefix of its tokens the KV cache's prefix cache holds (all but its last token at most). After the step the caller commits the rows
-  // (LanguageModel::forward does) and appends sampled tokens.
+  // prefix of its tokens the KV cache's prefix cache holds (all but its last token at most). After the step
+  // the caller commits the rows (LanguageModel::forward does) and appends sampled tokens.
   StepPlan schedule();
 
   const std::vector<ScheduledSequence*>& running() const { return running_; }

@@ -46,6 +46,19 @@ void apply_common(const nlohmann::ordered_json& body, ApiRequest& r) {
     if (!body["stream"].is_boolean()) bad_request("\"stream\" must be a boolean", "stream");
     r.stream = body["stream"].get<bool>();
   }
+  if (body.contains("response_format") && !body["response_format"].is_null()) {
+    const auto& f = body["response_format"];
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+      bad_request("\"response_format\" must be an object with a \"type\"", "response_format");
+    if (f["type"] == "json_object") {
+      r.generation.json_object = true;
+    } else if (f["type"] == "json_schema") {
+      bad_request("response_format \"json_schema\" is not supported yet (\"json_object\" is)",
+                  "response_format");
+    } else if (f["type"] != "text") {
+      bad_request("\"response_format.type\" must be text, json_object or json_schema", "response_format");
+    }
+  }
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     const auto& o = body["stream_options"];
     if (!o.is_object()) bad_request("\"stream_options\" must be an object", "stream_options");

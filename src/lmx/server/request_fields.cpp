@@ -64,7 +64,8 @@ void apply_request_fields(const nlohmann::ordered_json& body, GenerationRequest&
     r.sampling.repetition_penalty = bounded(body, "repetition_penalty", 1e-3, 100);
   if (has(body, "n")) r.n = static_cast<int>(integer(body, "n", 1, kMaxChoices));
   if (has(body, "ignore_eos")) {
-    LMX_REQUIRE(InvalidArgument, body.at("ignore_eos").is_boolean(), "field \"ignore_eos\" must be a boolean");
+    LMX_REQUIRE(InvalidArgument, body.at("ignore_eos").is_boolean(),
+                "field \"ignore_eos\" must be a boolean");
     if (body.at("ignore_eos").get<bool>()) r.stop_token_ids.clear();
   }
   if (has(body, "stop")) {

@@ -242,6 +242,34 @@ TEST(HttpServer, ConcurrentGreedyRequestsEqualSoloOnes) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i].get(), solo[i]) << prompts[i];
 }
 
+// response_format json_object: the answer is one JSON object (constrained decoding), whole and streamed;
+// json_schema is refused with a clear error.
+TEST(HttpServer, ResponseFormatJsonObject) {
+  Served s;
+  auto c = s.client();
+  nlohmann::json body = chat_body("Describe a cat as JSON.", 120);
+  body["response_format"] = {{"type", "json_object"}};
+  int status = 0;
+  const nlohmann::json whole = post_json(c, "/v1/chat/completions", body, &status);
+  ASSERT_EQ(status, 200) << whole.dump();
+  const std::string text = whole["choices"][0]["message"]["content"];
+  if (whole["choices"][0]["finish_reason"] == "stop")
+    EXPECT_TRUE(nlohmann::json::parse(text, nullptr, false).is_object()) << text;
+  body["stream"] = true;
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  bool done = false;
+  std::string streamed;
+  for (const auto& e : sse_events(r->body, &done))
+    if (!e["choices"].empty() && e["choices"][0]["delta"].contains("content"))
+      streamed += e["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_EQ(streamed, text);
+  body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}};
+  const nlohmann::json refused = post_json(c, "/v1/chat/completions", body, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(refused["error"]["param"], "response_format");
+}
+
 // 100 streams at once (beyond the default 64 in flight: the limit raised): every one ends with its finish
 // chunk and [DONE], and the server answers afterwards.
 TEST(HttpServer, HundredConcurrentStreamsComplete) {

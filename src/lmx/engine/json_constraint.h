@@ -1,0 +1,65 @@
+// lmx::JsonObjectConstraint: the byte-level automaton behind constrained decoding of one JSON object
+// (OpenAI's response_format json_object). It reads output bytes one at a time and refuses the first byte
+// that no JSON object could continue with (RFC 8259 syntax; the top-level value must be an object; bytes >=
+// 0x80 are allowed inside strings only). The engine masks every token whose text it would refuse, and ends
+// the choice when the object closes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace lmx {
+
+class JsonObjectConstraint {
+ public:
+  // Containers nest at most this deep; runs of whitespace between tokens are at most kMaxWhitespace bytes
+  // long (so a model cannot pad forever).
+  static constexpr int kMaxDepth = 64;
+  static constexpr int kMaxWhitespace = 16;
+
+  // Whether every byte of `text` is accepted from the current state (the state does not change).
+  bool allows(std::string_view text) const;
+  // Advances over `text`; false (state unchanged) when some byte is refused.
+  bool accept(std::string_view text);
+  // Whether the object has closed (only whitespace may follow).
+  bool complete() const { return state_ == State::kDone; }
+
+ private:
+  enum class State : uint8_t {
+    kStart,            // before the top-level object
+    kValue,            // a value must start (after ':' or ',' in an array)
+    kArrayFirst,       // after '[': a value or ']'
+    kObjectFirst,      // after '{': a key or '}'
+    kObjectKey,        // after ',' in an object: a key
+    kColon,            // after a key
+    kAfterValue,       // after a value inside a container: ',' or the container's close
+    kString,           // inside a string
+    kEscape,           // after a backslash
+    kUnicode,          // inside \uXXXX (hex_left_ more digits)
+    kNumberSign,       // after '-'
+    kNumberZero,       // after a leading 0
+    kNumberInt,        // in integer digits
+    kNumberDot,        // after '.'
+    kNumberFrac,       // in fraction digits
+    kNumberExp,        // after 'e'
+    kNumberExpSign,    // after the exponent's sign
+    kNumberExpDigits,  // in exponent digits
+    kLiteral,          // inside true, false or null
+    kDone,             // after the top-level object
+  };
+  bool step(uint8_t byte);
+  bool start_value(uint8_t byte);
+  bool after_value(uint8_t byte);  // a byte that ends a number (or follows a value) inside a container
+  bool whitespace();
+
+  State state_ = State::kStart;
+  std::array<char, kMaxDepth> stack_{};  // '{' or '[' per open container (a copy is cheap: allows())
+  int depth_ = 0;
+  bool string_is_key_ = false;
+  int hex_left_ = 0;
+  const char* literal_ = nullptr;  // the rest of the literal being read
+  int whitespace_run_ = 0;
+};
+
+}  // namespace lmx
