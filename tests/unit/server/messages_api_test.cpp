@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <regex>
+#include <thread>
 
 namespace lmx {
 namespace {
@@ -217,11 +219,17 @@ TEST(MessagesApi, MetricsCountWhatWasServed) {
   for (int i = 0; i < 2; ++i) post_json(c, "/v1/chat/completions", message_body("hello", 3), &status);
   post_json(c, "/v1/messages", message_body("hello", 3), &status);
   post_json(c, "/v1/chat/completions", {{"messages", "x"}}, &status);
-  auto r = c.Get("/metrics");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
-  EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
-  const std::string& m = r->body;
+  // (cpp-httplib logs — and counts — a request after its response is written: wait for the last one.)
+  std::string m;
+  for (int i = 0; i < 100; ++i) {
+    auto r = c.Get("/metrics");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+    m = r->body;
+    if (m.find("status=\"400\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   auto value = [&](const std::string& series) {
     const std::regex re("(^|\n)" + std::regex_replace(series, std::regex(R"([{}\"\[\]+.])"), R"(\$&)") +
                         " ([0-9.e+-]+)\n");
