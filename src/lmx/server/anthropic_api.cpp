@@ -10,10 +10,10 @@ namespace lmx {
 namespace {
 
 [[noreturn]] void bad_request(const std::string& message, const std::string& param = {}) {
-  throw ApiError(400, "invalid_request_error", message, param);
+  throw_bad_request(message, param);
 }
 
-// Text blocks (or a string) as one text; `allowed` names the other block types skipped here.
+// Text blocks (or a string) as one text; any other block type is refused.
 std::string blocks_text(const nlohmann::ordered_json& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return {};
@@ -206,22 +206,9 @@ nlohmann::json anthropic_error_body(const std::string& message, const std::strin
 }
 
 const char* anthropic_error_type(int status) {
-  switch (status) {
-    case 400:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "request_too_large";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-      return "overloaded_error";
-    default:
-      return "api_error";
-  }
+  // The same names as OpenAI's, but Anthropic calls a server failure api_error.
+  const std::string_view type = openai_error_type(status);
+  return type == "server_error" ? "api_error" : type.data();
 }
 
 ApiRequest parse_messages_request(const nlohmann::ordered_json& body, const GenerationRequest& defaults,

@@ -55,25 +55,6 @@ void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
   res.set_content(json_text(body), "application/json");
 }
 
-const char* openai_error_type(int status) {
-  switch (status) {
-    case 400:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "request_too_large";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-      return "overloaded_error";
-    default:
-      return "server_error";
-  }
-}
-
 // An error in the shape of the API the path belongs to (Anthropic's for /v1/messages, else OpenAI's).
 void send_error(httplib::Response& res, const std::string& path, int status, const std::string& message,
                 const std::string& param = {}) {

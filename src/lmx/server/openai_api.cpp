@@ -13,7 +13,7 @@ namespace lmx {
 namespace {
 
 [[noreturn]] void bad_request(const std::string& message, const std::string& param = {}) {
-  throw ApiError(400, "invalid_request_error", message, param);
+  throw_bad_request(message, param);
 }
 
 // A message's content as text: a string, null, or text parts joined (other part types refused).
@@ -86,6 +86,29 @@ std::vector<int32_t> token_ids(const nlohmann::ordered_json& ids, const Tokenize
 }
 
 }  // namespace
+
+void throw_bad_request(const std::string& message, const std::string& param) {
+  throw ApiError(400, "invalid_request_error", message, param);
+}
+
+const char* openai_error_type(int status) {
+  switch (status) {
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "overloaded_error";
+    default:
+      return "server_error";
+  }
+}
 
 nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param,
                           int code) {

@@ -33,6 +33,13 @@ class ApiError : public std::runtime_error {
   std::string type_, param_;
 };
 
+// Throws ApiError(400, invalid_request_error, message, param): how the request parsers refuse a field.
+[[noreturn]] void throw_bad_request(const std::string& message, const std::string& param = {});
+
+// OpenAI's error type for an HTTP status (400 invalid_request_error, 401 authentication_error, 404
+// not_found_error, 413 request_too_large, 429 rate_limit_error, 503 overloaded_error, else server_error).
+const char* openai_error_type(int status);
+
 // {"error": {"message", "type", "param", "code"}} as OpenAI sends it.
 nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param = {},
                           int code = 0);
