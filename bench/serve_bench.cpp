@@ -9,8 +9,10 @@
 //
 //   bench_serve_bench --url http://127.0.0.1:8080 [--rates 1,4,inf] [--requests 32] [--prompt-words 200]
 //                     [--output-tokens 64] [--shared-words 400] [--workloads unique,shared] [--seed 1]
+//                     [--wait-seconds 0]
 //
-// Prints one markdown table row per (workload, rate). A rate of "inf" sends every request at once.
+// --wait-seconds S first polls GET /health until it answers 200 (a server still loading), for at most S
+// seconds. Prints one markdown table row per (workload, rate). A rate of "inf" sends every request at once.
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -38,7 +40,20 @@ struct Options {
   int prompt_words = 200, output_tokens = 64, shared_words = 400;
   std::vector<std::string> workloads = {"unique", "shared"};
   uint64_t seed = 1;
+  double wait_seconds = 0;
 };
+
+// Polls GET /health until it answers 200 or `seconds` pass; false if it never did.
+bool wait_until_healthy(const std::string& url, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  do {
+    httplib::Client client(url);
+    client.set_connection_timeout(1, 0);
+    if (auto response = client.Get("/health"); response && response->status == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (Clock::now() < deadline);
+  return false;
+}
 
 // What one request saw.
 struct Result {
@@ -214,6 +229,8 @@ int main(int argc, char** argv) {
         o.shared_words = std::stoi(value());
       } else if (a == "--workloads") {
         o.workloads = list(value());
+      } else if (a == "--wait-seconds") {
+        o.wait_seconds = std::stod(value());
       } else if (a == "--seed") {
         o.seed = std::stoull(value());
       } else {
@@ -232,6 +249,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_serve_bench: %s\n", e.what());
     return 2;
+  }
+  if (o.wait_seconds > 0 && !wait_until_healthy(o.url, o.wait_seconds)) {
+    std::fprintf(stderr, "bench_serve_bench: %s/health did not answer 200 within %.0f s\n", o.url.c_str(),
+                 o.wait_seconds);
+    return 1;
   }
   std::printf(
       "| workload | rate (req/s) | ok | prompt tok (mean) | duration s | req/s | output tok/s | TTFT p50 / "

@@ -17,7 +17,7 @@ namespace lmx::cli {
 
 Verb add_synth(CLI::App& app) {
   struct Options {
-    std::string preset, config, out, quantize;
+    std::string preset, config, out, quantize, tokenizer;
     uint64_t seed = 0;
     int layers = 0;
     bool force = false;
@@ -37,6 +37,10 @@ Verb add_synth(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "Random seed");
   cmd->add_option("--quantize", opt->quantize, "MLX affine-quantize matrices: BITS[:GROUP] (e.g. 4 or 4:32)")
       ->check(non_empty());
+  cmd->add_option("--tokenizer", opt->tokenizer,
+                  "Copy this directory's tokenizer in (vocabulary padded to the model's), so the checkpoint "
+                  "can be served on text")
+      ->check(non_empty());
   auto* layers =
       cmd->add_option("--layers", opt->layers,
                       "Keep the preset's first N layers (a quick benchmark proxy; KV sharing dropped)")
@@ -53,7 +57,7 @@ Verb add_synth(CLI::App& app) {
             std::optional<QuantizeOptions> quantize;
             if (!opt->quantize.empty()) quantize = parse_quantize_spec(opt->quantize);
             write_synthetic_gemma4(config, opt->out, opt->seed, quantize ? &*quantize : nullptr,
-                                   size_t{2} << 30, opt->force);
+                                   size_t{2} << 30, opt->force, opt->tokenizer);
             double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             std::printf("wrote %s in %.1f s\n", opt->out.c_str(), seconds);
             return 0;

@@ -5,6 +5,8 @@
 #include "lmx/core/half.h"
 #include "lmx/core/thread_pool.h"
 #include "lmx/io/directory.h"
+#include "lmx/io/input_file.h"
+#include "lmx/io/json_input.h"
 #include "lmx/io/output_file.h"
 #include "lmx/io/sharded_writer.h"
 #include "lmx/io/staged_directory.h"
@@ -43,7 +45,8 @@ nlohmann::json base_config() {
       {"max_position_embeddings", 131072},
       {"rope_parameters",
        {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
-        {"full_attention", {{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}}}}},
+        {"full_attention",
+         {{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}}}}},
       {"attention_k_eq_v", false},
       {"num_kv_shared_layers", 0},
       {"hidden_size_per_layer_input", 0},
@@ -83,9 +86,11 @@ std::vector<TensorPlan> plan_tensors(const Gemma4Config& c) {
     plan.push_back({name, std::move(shape), 0.0f, std::sqrt(3.0f / fan_in)});
   };
   auto norm = [&](const std::string& name, int64_t n) { plan.push_back({name, {n}, 1.0f, 0.1f}); };
-  plan.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, 0.0f, 1.0f / std::sqrt(static_cast<float>(H))});
+  plan.push_back(
+      {"model.embed_tokens.weight", {c.vocab_size, H}, 0.0f, 1.0f / std::sqrt(static_cast<float>(H))});
   if (P > 0) {
-    plan.push_back({"model.embed_tokens_per_layer.weight", {c.vocab_size_per_layer_input, L * P}, 0.0f, 0.05f});
+    plan.push_back(
+        {"model.embed_tokens_per_layer.weight", {c.vocab_size_per_layer_input, L * P}, 0.0f, 0.05f});
     matrix("model.per_layer_model_projection.weight", {L * P, H});
     norm("model.per_layer_projection_norm.weight", P);
   }
@@ -114,7 +119,8 @@ std::vector<TensorPlan> plan_tensors(const Gemma4Config& c) {
       norm(l + "router.per_expert_scale", E);
       matrix(l + "experts.gate_up_proj", {E, 2 * EI, H});
       matrix(l + "experts.down_proj", {E, H, EI});
-      for (const char* n : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"})
+      for (const char* n :
+           {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"})
         norm(l + n + ".weight", H);
     }
     if (P > 0) {
@@ -143,20 +149,65 @@ Tensor fill(const TensorPlan& p, uint64_t seed) {
   return t;
 }
 
+// Copies a tokenizer directory's files into `out_dir`, with tokenizer.json's vocabulary padded by
+// "<synthetic_ID>" entries so that every id below `vocab_size` decodes (a random model emits any id).
+void write_padded_tokenizer(const std::string& from_dir, int64_t vocab_size, const std::string& out_dir) {
+  const std::string source = join_path(from_dir, "tokenizer.json");
+  nlohmann::ordered_json tokenizer =
+      parse_ordered_json(read_input_file(source, InputKind::kTokenizer), source);
+  LMX_REQUIRE(FormatError,
+              tokenizer.is_object() && tokenizer.contains("model") && tokenizer["model"].is_object() &&
+                  tokenizer["model"].contains("vocab") && tokenizer["model"]["vocab"].is_object(),
+              "{}: --tokenizer needs a BPE or WordLevel tokenizer.json (model.vocab an object)", source);
+  std::vector<bool> used(static_cast<size_t>(vocab_size), false);
+  auto mark = [&](const nlohmann::ordered_json& id) {
+    LMX_REQUIRE(FormatError, id.is_number_integer(), "{}: a token id is not an integer", source);
+    const int64_t v = id.get<int64_t>();
+    LMX_REQUIRE(FormatError, v >= 0 && v < vocab_size,
+                "{}: token id {} is outside the model's vocabulary of {}", source, v, vocab_size);
+    used[static_cast<size_t>(v)] = true;
+  };
+  nlohmann::ordered_json& vocab = tokenizer["model"]["vocab"];
+  for (const auto& [piece, id] : vocab.items()) mark(id);
+  if (tokenizer.contains("added_tokens") && tokenizer["added_tokens"].is_array())
+    for (const auto& added : tokenizer["added_tokens"]) mark(added.value("id", nlohmann::ordered_json()));
+  for (int64_t id = 0; id < vocab_size; ++id)
+    if (!used[static_cast<size_t>(id)]) vocab[fmt::format("<synthetic_{}>", id)] = id;
+  write_text_file(join_path(out_dir, "tokenizer.json"), tokenizer.dump() + "\n");
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+    const std::string path = join_path(from_dir, name);
+    if (auto text = read_input_file_if_exists(path, InputKind::kConfig))
+      write_text_file(join_path(out_dir, name), *text);
+  }
+}
+
 }  // namespace
 
-std::vector<std::string> gemma4_preset_names() { return {"gemma4-e2b", "gemma4-e4b", "gemma4-26b-a4b", "gemma4-31b"}; }
+std::vector<std::string> gemma4_preset_names() {
+  return {"gemma4-e2b", "gemma4-e4b", "gemma4-26b-a4b", "gemma4-31b"};
+}
 
 nlohmann::json gemma4_preset_config(const std::string& name) {
   nlohmann::json c = base_config();
   if (name == "gemma4-e2b") {
-    c.update({{"hidden_size", 1536}, {"num_hidden_layers", 35}, {"num_attention_heads", 8}, {"num_key_value_heads", 1},
-              {"intermediate_size", 6144}, {"sliding_window", 512}, {"num_kv_shared_layers", 20},
-              {"hidden_size_per_layer_input", 256}, {"use_double_wide_mlp", true}});
+    c.update({{"hidden_size", 1536},
+              {"num_hidden_layers", 35},
+              {"num_attention_heads", 8},
+              {"num_key_value_heads", 1},
+              {"intermediate_size", 6144},
+              {"sliding_window", 512},
+              {"num_kv_shared_layers", 20},
+              {"hidden_size_per_layer_input", 256},
+              {"use_double_wide_mlp", true}});
     c["layer_types"] = layer_types(35, 5);
   } else if (name == "gemma4-e4b") {
-    c.update({{"hidden_size", 2560}, {"num_hidden_layers", 42}, {"num_attention_heads", 8}, {"num_key_value_heads", 2},
-              {"intermediate_size", 10240}, {"sliding_window", 512}, {"num_kv_shared_layers", 18},
+    c.update({{"hidden_size", 2560},
+              {"num_hidden_layers", 42},
+              {"num_attention_heads", 8},
+              {"num_key_value_heads", 2},
+              {"intermediate_size", 10240},
+              {"sliding_window", 512},
+              {"num_kv_shared_layers", 18},
               {"hidden_size_per_layer_input", 256}});
     c["layer_types"] = layer_types(42, 6);
   } else if (name == "gemma4-26b-a4b") {
@@ -196,8 +247,8 @@ nlohmann::json gemma4_preset_config(const std::string& name) {
 nlohmann::json gemma4_preset_config(const std::string& name, int layers) {
   nlohmann::json c = gemma4_preset_config(name);
   const int all = c["num_hidden_layers"].get<int>();
-  LMX_REQUIRE(InvalidArgument, layers >= 1 && layers <= all, "preset '{}' has {} layers; cannot keep {}", name, all,
-              layers);
+  LMX_REQUIRE(InvalidArgument, layers >= 1 && layers <= all, "preset '{}' has {} layers; cannot keep {}",
+              name, all, layers);
   if (layers == all) return c;
   c["num_hidden_layers"] = layers;
   nlohmann::json types = nlohmann::json::array();
@@ -209,9 +260,11 @@ nlohmann::json gemma4_preset_config(const std::string& name, int layers) {
 }
 
 void write_synthetic_gemma4(const nlohmann::json& config_json, const std::string& out_dir, uint64_t seed,
-                            const QuantizeOptions* quantize, size_t shard_bytes, bool replace_existing) {
+                            const QuantizeOptions* quantize, size_t shard_bytes, bool replace_existing,
+                            const std::string& tokenizer_dir) {
   Gemma4Config config = Gemma4Config::from_json(config_json, config_json, "synthetic config");
   StagedDirectory staged(out_dir, replace_existing);
+  if (!tokenizer_dir.empty()) write_padded_tokenizer(tokenizer_dir, config.vocab_size, staged.path());
   nlohmann::json generation = {{"bos_token_id", 2}, {"eos_token_id", {1, 106}}, {"pad_token_id", 0}};
   write_text_file(join_path(staged.path(), "generation_config.json"), generation.dump(2) + "\n");
 

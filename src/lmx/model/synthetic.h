@@ -31,9 +31,13 @@ nlohmann::json gemma4_preset_config(const std::string& name, int layers);
 // a quantization block in `config` is dropped otherwise). The config is checked
 // (Gemma4Config::from_json) before anything is written, and the directory is written atomically
 // (StagedDirectory): `out_dir` must be absent or empty unless `replace_existing`, which replaces it
-// whole.
+// whole. With `tokenizer_dir`, its tokenizer files (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, chat_template.jinja) are copied in, tokenizer.json's vocabulary padded with
+// "<synthetic_ID>" pieces up to the model's vocab_size so that every id the model emits decodes: the
+// checkpoint can then be served and benchmarked on text. A tokenizer with an id at or past vocab_size is
+// refused (FormatError).
 void write_synthetic_gemma4(const nlohmann::json& config, const std::string& out_dir, uint64_t seed,
                             const QuantizeOptions* quantize = nullptr, size_t shard_bytes = size_t{2} << 30,
-                            bool replace_existing = false);
+                            bool replace_existing = false, const std::string& tokenizer_dir = "");
 
 }  // namespace lmx
