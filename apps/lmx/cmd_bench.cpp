@@ -144,7 +144,7 @@ int run_concurrent(const BenchOptions& o, LanguageModel& model, double load_s) {
                         {"token_latency_p50_s", percentile(inter_token, 0.5)},
                         {"token_latency_p99_s", percentile(inter_token, 0.99)},
                         {"weight_bytes_per_token", model.weight_bytes_per_token()},
-                        {"kv_cache", model.kv_cache().layout().codec_description()},
+                        {"kv_cache", model.kv_cache().codec_description()},
                         {"kv_peak_bytes", peak_kv},
                         {"kv_budget_bytes", model.kv_cache().pool().budget_bytes()},
                         {"preemptions", preemptions}};
@@ -168,7 +168,7 @@ int run_concurrent(const BenchOptions& o, LanguageModel& model, double load_s) {
   std::printf("per token        p50 %.1f ms, p99 %.1f ms\n", percentile(inter_token, 0.5) * 1e3,
               percentile(inter_token, 0.99) * 1e3);
   std::printf("KV cache         %s, peak %s of %s (%lld preemptions)\n",
-              model.kv_cache().layout().codec_description().c_str(), format_bytes(peak_kv).c_str(),
+              model.kv_cache().codec_description().c_str(), format_bytes(peak_kv).c_str(),
               format_bytes(model.kv_cache().pool().budget_bytes()).c_str(),
               static_cast<long long>(preemptions));
   return 0;
@@ -261,7 +261,7 @@ Verb add_bench(CLI::App& app) {
                                   {"decode_tok_s", decode_tok_s},
                                   {"weight_bytes_per_token", bytes_per_token},
                                   {"decode_weight_gb_s", bytes_per_token * decode_tok_s / 1e9},
-                                  {"kv_cache", model->kv_cache().layout().codec_description()},
+                                  {"kv_cache", model->kv_cache().codec_description()},
                                   {"kv_bytes", kv_bytes},
                                   {"peak_rss_mb", peak_rss_mb}};
             if (opt->json) {
@@ -276,8 +276,8 @@ Verb add_bench(CLI::App& app) {
               std::printf("weights/token    %.3f GB (%.2f GB/s at the decode rate)\n", bytes_per_token / 1e9,
                           bytes_per_token * decode_tok_s / 1e9);
               std::printf("KV cache         %s, %s held after %d + %d tokens\n",
-                          model->kv_cache().layout().codec_description().c_str(),
-                          format_bytes(kv_bytes).c_str(), opt->prompt_tokens, opt->gen_tokens);
+                          model->kv_cache().codec_description().c_str(), format_bytes(kv_bytes).c_str(),
+                          opt->prompt_tokens, opt->gen_tokens);
               std::printf("peak RSS         %.0f MB\n", peak_rss_mb);
             }
             return 0;

@@ -174,7 +174,7 @@ Verb add_generate(CLI::App& app) {
           std::printf(
               "\nprompt: %zu tokens (%lld reused), %.1f tok/s; decode: %zu tokens, %.1f tok/s; KV: %s (%s)\n",
               prompt.size(), static_cast<long long>(reused), prompt_tok_s, tokens.size(), decode_tok_s,
-              format_bytes(kv_bytes).c_str(), model->kv_cache().layout().codec_description().c_str());
+              format_bytes(kv_bytes).c_str(), model->kv_cache().codec_description().c_str());
         }
         return 0;
       }};

@@ -70,7 +70,7 @@ Verb add_logits(CLI::App& app) {
         std::printf("wrote %s: float32 [%lld, %lld]; KV: %s (%s)\n", opt->out.c_str(),
                     static_cast<long long>(total), static_cast<long long>(vocab),
                     format_bytes(model->kv_bytes(*seq)).c_str(),
-                    model->kv_cache().layout().codec_description().c_str());
+                    model->kv_cache().codec_description().c_str());
         return 0;
       }};
 }

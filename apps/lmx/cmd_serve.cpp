@@ -89,8 +89,7 @@ Verb add_serve(CLI::App& app) {
             HttpServer http(engine, tokenizer, server);
             http.start();
             std::printf("lmx serve: %s on http://%s:%d (KV %s)\n", server.model_id.c_str(),
-                        server.host.c_str(), http.port(),
-                        model->kv_cache().layout().codec_description().c_str());
+                        server.host.c_str(), http.port(), model->kv_cache().codec_description().c_str());
             std::fflush(stdout);
             std::signal(SIGINT, on_signal);
             std::signal(SIGTERM, on_signal);

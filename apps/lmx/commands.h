@@ -51,6 +51,7 @@ struct ModelFlags {
   std::string kv_budget;         // bytes (suffixes K, M, G, T: powers of 1024); empty: the default share
   int kv_block_tokens = 0;       // 0: the default
   std::string prefix_cache;      // bytes as kv_budget, or "off"; empty: up to the whole KV budget
+  int64_t kv_quant_start = 0;    // > 0: bf16 KV below this many tokens, then --kv-cache's codec
 };
 // Adds --device, --kv-cache, --kv-budget and --kv-block-tokens to a model-running verb.
 void add_model_options(CLI::App* command, ModelFlags& flags);

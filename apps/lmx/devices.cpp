@@ -100,6 +100,13 @@ void add_model_options(CLI::App* command, ModelFlags& flags) {
   command->add_option("--prefix-cache", flags.prefix_cache,
                       "Bytes of KV blocks kept for prefix reuse after their sequences end, e.g. 2G, or off "
                       "(default: as many as the KV budget holds; the least recently used go first)");
+  command
+      ->add_option(
+          "--kv-quant-start", flags.kv_quant_start,
+          "Keep a sequence's KV in bf16 until it holds N tokens, then convert it to the quantized "
+          "--kv-cache codec; nothing rewinds or reuses a prefix below N (default 0: quantized from the "
+          "first token)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
 }
 
 std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const ModelFlags& flags) {
@@ -153,6 +160,7 @@ std::unique_ptr<LanguageModel> load_language_model(const std::string& dir, const
     options.kv_prefix_cache_bytes = 0;
   else if (!flags.prefix_cache.empty())
     options.kv_prefix_cache_bytes = parse_bytes(flags.prefix_cache, "--prefix-cache");
+  options.kv_quant_start = flags.kv_quant_start;
   return LanguageModel::load(dir, make_backend(target), options);
 }
 

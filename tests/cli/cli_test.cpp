@@ -362,6 +362,13 @@ TEST(Cli, KvCacheFlags) {
     ASSERT_EQ(r.exit_code, 0) << spec << ": " << r.output;
     EXPECT_LT(nlohmann::json::parse(r.output)["kv_bytes"].get<int64_t>(), bf16_bytes) << spec;
   }
+  // A quantization start past everything generated keeps the whole run in bf16: the bf16 tokens exactly.
+  const test::RunResult late = test::run_lmx(demo + " --kv-cache affine4 --kv-quant-start 64");
+  ASSERT_EQ(late.exit_code, 0) << late.output;
+  EXPECT_EQ(nlohmann::json::parse(late.output)["tokens"], nlohmann::json::parse(demo_bf16.output)["tokens"]);
+  const test::RunResult early = test::run_lmx(demo + " --kv-cache affine4 --kv-quant-start 3");
+  ASSERT_EQ(early.exit_code, 0) << early.output;
+  EXPECT_EQ(nlohmann::json::parse(early.output)["tokens"].size(), 6u);
 
   struct Bad {
     std::string flags, message;
@@ -374,7 +381,9 @@ TEST(Cli, KvCacheFlags) {
         Bad{"--kv-cache affine4", "head_dim 32 is not a multiple of the group 64"},
         Bad{"--kv-budget lots", "--kv-budget 'lots'"}, Bad{"--kv-budget 0", "--kv-budget '0'"},
         Bad{"--kv-budget 1K", "more than the whole KV budget of 1024 bytes"},
-        Bad{"--kv-block-tokens 0", "--kv-block-tokens"}}) {
+        Bad{"--kv-block-tokens 0", "--kv-block-tokens"},
+        Bad{"--kv-quant-start 8", "a KV quantization start (8 tokens) needs a quantized KV codec"},
+        Bad{"--kv-quant-start -1", "--kv-quant-start"}}) {
     test::RunResult r = test::run_lmx(base + " " + bad.flags);
     EXPECT_NE(r.exit_code, 0) << bad.flags;
     EXPECT_NE(r.output.find(bad.message), std::string::npos) << bad.flags << ": " << r.output;

@@ -239,6 +239,37 @@ TEST(CudaPagedKv, QuantizedCodecsContinueOnEitherBackend) {
   }
 }
 
+// A KV quantization start on the device: below it the logits are the bf16 cache's bit for bit; decode steps
+// (graphed) run up to it, the sequence converts there (on the host, through the device memory) and decodes
+// on, within the bf16 CPU-to-CUDA distance of the CPU doing the same.
+TEST(CudaPagedKv, QuantStartMatchesItsBf16PrefixAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = test::reference_model_dir("models/demo");
+  constexpr int64_t kStart = 100;
+  for (const char* spec : {"affine4", "turbo"}) {
+    SCOPED_TRACE(spec);
+    ModelOptions o;
+    o.kv_codec = KvCodec::parse(spec);
+    o.kv_quant_start = kStart;
+    ModelOptions bf16;
+    bf16.kv_codec = KvCodec(KvCodecKind::kBf16);
+    auto gpu = test::load_model(dir, kGpu, o), plain = test::load_model(dir, kGpu, bf16);
+    auto cpu = test::load_model(dir, Device::cpu(), o);
+    const auto prompt = prompt_of(90, gpu->description().vocab_size, 9);
+    auto seq = gpu->new_sequence(), ref = plain->new_sequence(), host = cpu->new_sequence();
+    const Tensor a = run(*gpu, *seq, prompt, true), b = run(*plain, *ref, prompt, true);
+    EXPECT_EQ(test::max_abs_diff(a, b), 0.0f);
+    run(*cpu, *host, prompt);
+    for (int i = 0; i < 20; ++i) {  // positions 90 .. 109: graphs before the start, the conversion, after
+      const int32_t t = static_cast<int32_t>(5 + i * 13);
+      const Tensor x = run(*gpu, *seq, std::span(&t, 1)), y = run(*cpu, *host, std::span(&t, 1));
+      EXPECT_LE(test::max_abs_diff(x, y), 0.25f) << "position " << 90 + i;
+    }
+    EXPECT_FALSE(gpu->kv_cache().own(seq.get()).before_quant_start());
+    EXPECT_EQ(gpu->kv_cache().own(seq.get()).min_reusable_offset(), kStart);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaPagedModels, ::testing::Values("e2b", "moe", "dense", "moe-q4"),
                          test::ParamName());
 

@@ -109,7 +109,7 @@ void Engine::validate(const GenerationRequest& r) const {
               "request: the prompt ({} tokens) and max_tokens {} exceed the model's context length {}",
               r.prompt.size(), r.max_tokens, context);
   const KvCache& kv = model_.kv_cache();
-  const size_t needed = kv.layout().sequence_bytes(tokens, options_.scheduler.prefill_chunk_tokens);
+  const size_t needed = kv.sequence_bytes(tokens, options_.scheduler.prefill_chunk_tokens);
   LMX_REQUIRE(
       InvalidArgument, needed <= kv.pool().budget_bytes(),
       "request: the prompt ({} tokens) and max_tokens {} need {} bytes of KV blocks, more than the whole KV "

@@ -49,7 +49,9 @@ void Scheduler::remove(ScheduledSequence* sequence) {
 ScheduledRow Scheduler::next_row(ScheduledSequence* s) const {
   const int64_t begin = s->computed();
   const int64_t count =
-      begin < s->prompt_tokens ? std::min(options_.prefill_chunk_tokens, s->prompt_tokens - begin) : 1;
+      std::min(begin < s->prompt_tokens ? std::min(options_.prefill_chunk_tokens, s->prompt_tokens - begin)
+                                        : int64_t{1},
+               cache_.step_limit(*s->kv));
   assert(begin + count <= static_cast<int64_t>(s->tokens.size()));
   return {s, begin, count, begin + count == static_cast<int64_t>(s->tokens.size())};
 }
@@ -67,13 +69,39 @@ void Scheduler::preempt(ScheduledSequence* s, StepPlan& plan) {
   plan.preempted.push_back(s);
 }
 
+void Scheduler::give_kv(ScheduledSequence* s) {
+  if (s->kv) return;
+  s->kv = cache_.reuse_prefix(s->tokens, static_cast<int64_t>(s->tokens.size()) - 1);
+  if (s->kv && s->preemptions == 0) s->cached_tokens = s->kv->length();
+  if (!s->kv) s->kv = cache_.new_sequence();
+}
+
+int Scheduler::choose_phase() {
+  if (cache_.quant_start() == 0) return -1;
+  bool before = false, after = false;
+  auto note = [&](const ScheduledSequence* s) { (cache_.step_phase(*s->kv) == 0 ? before : after) = true; };
+  for (const ScheduledSequence* s : running_) note(s);
+  if (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_rows) {
+    give_kv(waiting_.front());
+    note(waiting_.front());
+  }
+  return before && after ? 1 - last_phase_ : -1;
+}
+
 StepPlan Scheduler::schedule() {
   StepPlan plan;
+  // Under a KV quantization start a step's rows share one side of it: while sequences on both sides run,
+  // steps alternate between them; otherwise the first row placed decides.
+  int phase = choose_phase();
+  auto fits_phase = [&](const ScheduledSequence* s) {
+    return phase < 0 || cache_.step_phase(*s->kv) == phase;
+  };
   const auto decoding = std::count_if(running_.begin(), running_.end(),
                                       [](const ScheduledSequence* s) { return !in_prefill(*s); });
   // Prefill chunks share what decode rows leave, but one chunk always fits.
   int64_t prefill_budget = std::max(options_.step_tokens - decoding, options_.prefill_chunk_tokens);
   auto place = [&](const ScheduledRow& row) {
+    if (cache_.quant_start() > 0 && phase < 0) phase = cache_.step_phase(*row.sequence->kv);
     plan.rows.push_back(row);
     plan.tokens += row.count;
     if (in_prefill(*row.sequence)) prefill_budget -= row.count;
@@ -81,6 +109,10 @@ StepPlan Scheduler::schedule() {
 
   for (size_t i = 0; i < running_.size();) {
     ScheduledSequence* s = running_[i];
+    if (!fits_phase(s)) {
+      ++i;  // the other side of the quantization start runs next step
+      continue;
+    }
     const ScheduledRow row = next_row(s);
     if (in_prefill(*s) && row.count > prefill_budget) {
       ++i;  // its chunk waits for a step with room
@@ -102,11 +134,8 @@ StepPlan Scheduler::schedule() {
     ScheduledSequence* s = waiting_.front();
     // One preempted this step stays out: taking it back now would recompute it every step.
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
-    if (!s->kv) {
-      s->kv = cache_.reuse_prefix(s->tokens, static_cast<int64_t>(s->tokens.size()) - 1);
-      if (s->kv && s->preemptions == 0) s->cached_tokens = s->kv->length();
-      if (!s->kv) s->kv = cache_.new_sequence();
-    }
+    give_kv(s);
+    if (!fits_phase(s)) break;
     const ScheduledRow row = next_row(s);
     if (in_prefill(*s) && row.count > prefill_budget) break;
     if (!reserve(row)) break;
@@ -114,6 +143,7 @@ StepPlan Scheduler::schedule() {
     insert_in_order(running_, s);
     place(row);
   }
+  if (phase >= 0) last_phase_ = phase;
   return plan;
 }
 

@@ -7,7 +7,9 @@
 // prefill_chunk_tokens from where its KV starts (the last chunk shorter), and every token after the
 // prompt runs alone — also when a preempted sequence recomputes its generated tokens. So a sequence's
 // logits never depend on which other sequences share its steps or on preemption (with the model's batch
-// invariance, they are bit-identical), and neither do its sampled tokens.
+// invariance, they are bit-identical), and neither do its sampled tokens. Under a KV quantization start
+// (KvCache) chunks also end at the start, and a step runs the sequences of one side of it: while both
+// sides have sequences to run, steps alternate between them.
 #pragma once
 
 #include "lmx/kv/kv_cache.h"
@@ -82,11 +84,16 @@ class Scheduler {
   // The row a sequence runs next: a prefill chunk or one token.
   ScheduledRow next_row(ScheduledSequence* sequence) const;
   bool reserve(const ScheduledRow& row);
+  // Gives a waiting sequence without KV the longest cached prefix of its tokens, or a new sequence.
+  void give_kv(ScheduledSequence* sequence);
+  // The KV side (KvCache::step_phase) this step runs when sequences on both sides wait to, else -1.
+  int choose_phase();
   void preempt(ScheduledSequence* sequence, StepPlan& plan);
 
   KvCache& cache_;
   SchedulerOptions options_;
   std::vector<ScheduledSequence*> running_, waiting_;  // each in arrival order
+  int last_phase_ = 0;
 };
 
 }  // namespace lmx

@@ -5,8 +5,9 @@
 
 namespace lmx {
 
-HostKvStep::HostKvStep(const KvCache& cache, std::span<const KvRow> rows) : cache_(cache) {
-  const KvLayout& layout = cache.layout();
+HostKvStep::HostKvStep(const KvCache& cache, std::span<const KvRow> rows)
+    : cache_(cache), layout_(rows.empty() ? &cache.layout() : &cache.layout_of(*rows[0].sequence)) {
+  const KvLayout& layout = *layout_;
   for (size_t r = 0; r < rows.size(); ++r) {
     const KvSequence& seq = *rows[r].sequence;
     for (int64_t i = 0; i < rows[r].new_tokens; ++i) {
@@ -41,8 +42,8 @@ HostKvStep::HostKvStep(const KvCache& cache, std::span<const KvRow> rows) : cach
 }
 
 PagedKvLayer HostKvStep::layer(int cache_layer) const {
-  const size_t g = static_cast<size_t>(cache_.layout().layer(cache_layer).group);
-  return cache_.layout().view(cache_layer, {blocks_[g].data(), strides_[g], first_block_[g].data()});
+  const size_t g = static_cast<size_t>(layout_->layer(cache_layer).group);
+  return layout_->view(cache_layer, {blocks_[g].data(), strides_[g], first_block_[g].data()});
 }
 
 }  // namespace lmx

@@ -23,6 +23,7 @@ class HostKvStep {
 
  private:
   const KvCache& cache_;
+  const KvLayout* layout_;  // the rows' (one phase under a quantization start)
   PagedKvStep step_;
   std::vector<int32_t> positions_, rows_, kv_len_;
   std::vector<std::vector<int32_t>> first_block_;  // per group

@@ -71,17 +71,26 @@ KvPrefixCache::SlotList::iterator KvPrefixCache::drop(SlotList::iterator slot) {
   return lru_.erase(slot);
 }
 
-KvPrefixCache::Match KvPrefixCache::find(std::span<const int32_t> tokens, int64_t max_tokens) {
-  const int64_t block_tokens = layout_.block_tokens();
-  const int64_t offered = std::clamp<int64_t>(max_tokens, 0, static_cast<int64_t>(tokens.size()));
+void KvPrefixCache::count_lookup(int64_t offered, int64_t reused) {
   ++stats_.lookups;
   stats_.looked_up_tokens += offered;
+  if (reused > 0) {
+    ++stats_.hits;
+    stats_.reused_tokens += reused;
+  }
+}
+
+KvPrefixCache::Match KvPrefixCache::find(std::span<const int32_t> tokens, int64_t max_tokens, bool count) {
+  const int64_t block_tokens = layout_.block_tokens();
+  const int64_t offered = std::clamp<int64_t>(max_tokens, 0, static_cast<int64_t>(tokens.size()));
+  if (count) count_lookup(offered, 0);
   // The chain of full blocks the cache knows, from the start.
   std::vector<uint64_t> keys;
   std::vector<const Entry*> found;
   uint64_t parent = seed_;
   for (int64_t b = 0; b < offered / block_tokens; ++b) {
-    const auto block = tokens.subspan(static_cast<size_t>(b * block_tokens), static_cast<size_t>(block_tokens));
+    const auto block =
+        tokens.subspan(static_cast<size_t>(b * block_tokens), static_cast<size_t>(block_tokens));
     const uint64_t key = prefix_chain_hash(parent, block);
     const Entry* e = entry(key, parent, block);
     if (e == nullptr) break;
@@ -118,7 +127,8 @@ KvPrefixCache::Match KvPrefixCache::find(std::span<const int32_t> tokens, int64_
     const Entry& e = entries_.at(c->second);
     const auto n = std::min(e.tokens.size(), rest.size());
     const auto common = static_cast<int64_t>(
-        std::mismatch(e.tokens.begin(), e.tokens.begin() + static_cast<std::ptrdiff_t>(n), rest.begin()).first -
+        std::mismatch(e.tokens.begin(), e.tokens.begin() + static_cast<std::ptrdiff_t>(n), rest.begin())
+            .first -
         e.tokens.begin());
     if (common > partial && holds(k, &e, common)) {
       tail = &e;
@@ -136,7 +146,8 @@ KvPrefixCache::Match KvPrefixCache::find(std::span<const int32_t> tokens, int64_
   for (int g = 0; g < groups; ++g) {
     const auto gi = static_cast<size_t>(g);
     m.first_block[gi] = first_needed(m.tokens, g);
-    for (int64_t b = m.first_block[gi]; b < k; ++b) m.tables[gi].push_back(found[static_cast<size_t>(b)]->slots[gi]->block);
+    for (int64_t b = m.first_block[gi]; b < k; ++b)
+      m.tables[gi].push_back(found[static_cast<size_t>(b)]->slots[gi]->block);
     if (tail) m.tables[gi].push_back(tail->slots[gi]->block);
   }
   // Later blocks become less recently used than earlier ones: eviction takes a chain from its end.
@@ -145,12 +156,15 @@ KvPrefixCache::Match KvPrefixCache::find(std::span<const int32_t> tokens, int64_
   for (int64_t b = k - 1; b >= 0; --b)
     for (int g = 0; g < groups; ++g)
       if (b >= first_needed(m.tokens, g)) touch(found[static_cast<size_t>(b)]->slots[static_cast<size_t>(g)]);
-  ++stats_.hits;
-  stats_.reused_tokens += m.tokens;
+  if (count) {
+    ++stats_.hits;
+    stats_.reused_tokens += m.tokens;
+  }
   return m;
 }
 
-KvPrefixCache::Entry* KvPrefixCache::entry_for(uint64_t key, uint64_t parent, std::span<const int32_t> tokens) {
+KvPrefixCache::Entry* KvPrefixCache::entry_for(uint64_t key, uint64_t parent,
+                                               std::span<const int32_t> tokens) {
   auto [it, inserted] = entries_.try_emplace(key);
   Entry& e = it->second;
   if (inserted) {
@@ -195,7 +209,8 @@ void KvPrefixCache::insert(KvSequence& sequence, std::span<const int32_t> tokens
   };
   for (auto b = static_cast<int64_t>(keys.size()); b < length / block_tokens; ++b) {
     const uint64_t parent = b == 0 ? seed_ : keys.back();
-    const auto block = tokens.subspan(static_cast<size_t>(b * block_tokens), static_cast<size_t>(block_tokens));
+    const auto block =
+        tokens.subspan(static_cast<size_t>(b * block_tokens), static_cast<size_t>(block_tokens));
     const uint64_t key = prefix_chain_hash(parent, block);
     keys.push_back(key);
     Entry* e = entry_for(key, parent, block);
@@ -206,7 +221,8 @@ void KvPrefixCache::insert(KvSequence& sequence, std::span<const int32_t> tokens
   const int64_t full = length / block_tokens;
   if (!tail || length % block_tokens == 0 || static_cast<int64_t>(keys.size()) != full) return;
   const uint64_t parent = full == 0 ? seed_ : keys.back();
-  const auto rest = tokens.subspan(static_cast<size_t>(full * block_tokens), static_cast<size_t>(length % block_tokens));
+  const auto rest =
+      tokens.subspan(static_cast<size_t>(full * block_tokens), static_cast<size_t>(length % block_tokens));
   const uint64_t key = prefix_chain_hash(parent, rest);
   if (Entry* e = entry_for(key, parent, rest)) add(full, *e, key);
   forget_if_empty(key);
@@ -233,11 +249,11 @@ size_t KvPrefixCache::unreferenced_bytes() const {
   return bytes;
 }
 
-void KvPrefixCache::trim() {
-  if (stats_.cached_bytes <= max_unreferenced_bytes_) return;
+void KvPrefixCache::trim(size_t max_bytes) {
+  if (stats_.cached_bytes <= max_bytes) return;
   size_t excess = unreferenced_bytes();
-  if (excess <= max_unreferenced_bytes_) return;
-  for (auto it = lru_.begin(); it != lru_.end() && excess > max_unreferenced_bytes_;) {
+  if (excess <= max_bytes) return;
+  for (auto it = lru_.begin(); it != lru_.end() && excess > max_bytes;) {
     if (pool_.refcount(it->block) > 1) {
       ++it;
       continue;

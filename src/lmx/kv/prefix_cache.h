@@ -59,9 +59,12 @@ class KvPrefixCache {
 
   // The longest prefix of `tokens`, at most `max_tokens` long, whose KV the cache holds for every group a
   // query after it reads (all blocks for full-attention groups, the blocks the window spans for sliding
-  // ones): leading whole blocks, then possibly the first tokens of one more block. The blocks are not retained: the caller retains what
-  // it keeps. Counts the lookup in the statistics.
-  Match find(std::span<const int32_t> tokens, int64_t max_tokens);
+  // ones): leading whole blocks, then possibly the first tokens of one more block. The blocks are not
+  // retained: the caller retains what it keeps. Counts the lookup in the statistics unless `count` is false
+  // (a caller probing several caches counts the outcome once, with count_lookup).
+  Match find(std::span<const int32_t> tokens, int64_t max_tokens, bool count = true);
+  // Counts a lookup that offered `offered` tokens and reused `reused` of them.
+  void count_lookup(int64_t offered, int64_t reused);
   // Caches the full blocks of `sequence` (which holds tokens[0, sequence.length())) not cached yet, of
   // every group that still stores them, and extends the sequence's own chain of keys; with `tail`, also its
   // partial last block (call it only when the sequence writes no more: a running sequence would copy it).
@@ -81,8 +84,11 @@ class KvPrefixCache {
     }
     return evicted;
   }
-  // Evicts unreferenced blocks while their bytes exceed the cap.
-  void trim();
+  // Evicts unreferenced blocks while their bytes exceed the cap (or `max_bytes`).
+  void trim() { trim(max_unreferenced_bytes_); }
+  void trim(size_t max_bytes);
+  // Bytes of cached blocks no sequence references.
+  size_t unreferenced_bytes() const;
   // Gives back every block only the cache holds.
   void clear();
 
@@ -112,7 +118,6 @@ class KvPrefixCache {
   // Moves a slot to the most recently used end.
   void touch(SlotList::iterator slot);
   SlotList::iterator drop(SlotList::iterator slot);
-  size_t unreferenced_bytes() const;
 
   const KvLayout& layout_;
   KvBlockPool& pool_;

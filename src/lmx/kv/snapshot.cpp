@@ -51,8 +51,7 @@ const nlohmann::json& field(const nlohmann::json& obj, const char* key, nlohmann
                             const std::string& where) {
   auto it = obj.find(key);
   const bool number = type == nlohmann::json::value_t::number_unsigned;
-  LMX_REQUIRE(FormatError,
-              it != obj.end() && (number ? it->is_number_unsigned() : it->type() == type),
+  LMX_REQUIRE(FormatError, it != obj.end() && (number ? it->is_number_unsigned() : it->type() == type),
               "{}: the header's \"{}\" is missing or has the wrong type", where, key);
   return *it;
 }
@@ -69,8 +68,9 @@ void save_kv_snapshot(const std::string& path, KvCache& cache, const KvSequence&
   KvSequence& seq = cache.own(const_cast<KvSequence*>(&sequence));
   const int64_t length = seq.length();
   LMX_REQUIRE(InvalidArgument, static_cast<int64_t>(tokens.size()) >= length,
-              "save KV snapshot: the sequence holds {} positions but {} tokens were given", length, tokens.size());
-  const KvLayout& layout = cache.layout();
+              "save KV snapshot: the sequence holds {} positions but {} tokens were given", length,
+              tokens.size());
+  const KvLayout& layout = cache.layout_of(seq);
   KvBlockPool& pool = cache.pool();
   KvMemory& memory = pool.memory();
   std::vector<std::byte> block;
@@ -96,12 +96,15 @@ void save_kv_snapshot(const std::string& path, KvCache& cache, const KvSequence&
                                    {"block_tokens", layout.block_tokens()},
                                    {"codec", layout.codec_description()},
                                    {"layers", layer_signatures(layout)},
+                                   {"kv_quant_start", cache.quant_start()},
+                                   {"before_quant_start", seq.before_quant_start()},
                                    {"length", length},
                                    {"tokens", std::vector<int32_t>(tokens.begin(), tokens.begin() + length)},
                                    {"groups", std::move(groups)}};
   // The payloads start after the header, whose size depends on the offsets' digits: leave room for 20
   // digits per offset (the placeholders are one).
-  uint64_t offset = align_up(kPrefixBytes + header.dump().size() + 20 * static_cast<uint64_t>(layout.num_groups()));
+  uint64_t offset =
+      align_up(kPrefixBytes + header.dump().size() + 20 * static_cast<uint64_t>(layout.num_groups()));
   for (int g = 0; g < layout.num_groups(); ++g) {
     header["groups"][static_cast<size_t>(g)]["offset"] = offset;
     offset = align_up(offset + seq.blocks(g).size() * layout.group(g).block_bytes);
@@ -141,14 +144,15 @@ KvSnapshot load_kv_snapshot(const std::string& path, KvCache& cache, const KvSna
   LMX_REQUIRE(FormatError, size >= kPrefixBytes && std::memcmp(data, kMagic, 8) == 0,
               "{}: not an lmx KV snapshot (no LMXKVSNP magic at its start)", where);
   const uint32_t version = get_u32(data + 8);
-  LMX_REQUIRE(FormatError, version == kKvSnapshotVersion,
-              "{}: format version {}; this lmx reads version {}", where, version, kKvSnapshotVersion);
+  LMX_REQUIRE(FormatError, version == kKvSnapshotVersion, "{}: format version {}; this lmx reads version {}",
+              where, version, kKvSnapshotVersion);
   const uint32_t header_bytes = get_u32(data + 12);
   LMX_REQUIRE(FormatError, header_bytes <= size - kPrefixBytes,
-              "{}: truncated: its header needs {} bytes, the file has {}", where, kPrefixBytes + header_bytes, size);
+              "{}: truncated: its header needs {} bytes, the file has {}", where, kPrefixBytes + header_bytes,
+              size);
   const std::string_view text(reinterpret_cast<const char*>(data + kPrefixBytes), header_bytes);
-  LMX_REQUIRE(FormatError, checksum64(text) == get_u64(data + 16), "{}: the header is corrupted (checksum mismatch)",
-              where);
+  LMX_REQUIRE(FormatError, checksum64(text) == get_u64(data + 16),
+              "{}: the header is corrupted (checksum mismatch)", where);
   const nlohmann::json header = parse_json(text, where);
   LMX_REQUIRE(FormatError, header.is_object(), "{}: the header is not a JSON object", where);
 
@@ -158,21 +162,36 @@ KvSnapshot load_kv_snapshot(const std::string& path, KvCache& cache, const KvSna
   LMX_REQUIRE(InvalidArgument, model == identity.model,
               "{} was saved from another model ({}; this model is {})", where, model, identity.model);
   LMX_REQUIRE(InvalidArgument, tokenizer == identity.tokenizer,
-              "{} was saved with another tokenizer ({}; this model's is {})", where, tokenizer, identity.tokenizer);
-  const KvLayout& layout = cache.layout();
+              "{} was saved with another tokenizer ({}; this model's is {})", where, tokenizer,
+              identity.tokenizer);
+  // Under a quantization start, the file holds either layout (bf16 before it, converted after).
+  const uint64_t quant_start =
+      header.contains("kv_quant_start") ? unsigned_field(header, "kv_quant_start", where) : 0;
+  LMX_REQUIRE(InvalidArgument, quant_start == static_cast<uint64_t>(cache.quant_start()),
+              "{} was saved with KV quantization start {}; this cache's is {} (--kv-quant-start)", where,
+              quant_start, cache.quant_start());
+  bool before_quant_start = false;
+  if (header.contains("before_quant_start")) {
+    LMX_REQUIRE(FormatError, header["before_quant_start"].is_boolean(),
+                "{}: before_quant_start is not a boolean", where);
+    before_quant_start = header["before_quant_start"].get<bool>();
+  }
+  LMX_REQUIRE(FormatError, !before_quant_start || cache.start_layout() != nullptr,
+              "{}: bf16 KV before a quantization start, but the file names none", where);
+  const KvLayout& layout = before_quant_start ? *cache.start_layout() : cache.layout();
   const uint64_t block_tokens = unsigned_field(header, "block_tokens", where);
   LMX_REQUIRE(InvalidArgument, block_tokens == static_cast<uint64_t>(layout.block_tokens()),
               "{} has KV blocks of {} tokens; this cache's hold {} (--kv-block-tokens)", where, block_tokens,
               layout.block_tokens());
   const auto& layers = field(header, "layers", nlohmann::json::value_t::array, where);
   const std::vector<std::string> signatures = layer_signatures(layout);
-  LMX_REQUIRE(InvalidArgument, layers.size() == signatures.size(), "{} has {} KV cache layers; this model has {}",
-              where, layers.size(), signatures.size());
+  LMX_REQUIRE(InvalidArgument, layers.size() == signatures.size(),
+              "{} has {} KV cache layers; this model has {}", where, layers.size(), signatures.size());
   for (size_t l = 0; l < signatures.size(); ++l) {
     LMX_REQUIRE(FormatError, layers[l].is_string(), "{}: layer {}'s signature is not a string", where, l);
     LMX_REQUIRE(InvalidArgument, layers[l].get<std::string>() == signatures[l],
-                "{}: KV cache layer {} was saved as {}; this cache stores {} (the codec flags must match)", where,
-                l, layers[l].get<std::string>(), signatures[l]);
+                "{}: KV cache layer {} was saved as {}; this cache stores {} (the codec flags must match)",
+                where, l, layers[l].get<std::string>(), signatures[l]);
   }
 
   const uint64_t length = unsigned_field(header, "length", where);
@@ -198,37 +217,48 @@ KvSnapshot load_kv_snapshot(const std::string& path, KvCache& cache, const KvSna
     const auto& group = groups[static_cast<size_t>(g)];
     const std::string at = fmt::format("{}: cache group {}", where, g);
     LMX_REQUIRE(FormatError, group.is_object(), "{} is not an object", at);
-    const uint64_t block_bytes = unsigned_field(group, "block_bytes", at), first = unsigned_field(group, "first_block", at),
+    const uint64_t block_bytes = unsigned_field(group, "block_bytes", at),
+                   first = unsigned_field(group, "first_block", at),
                    blocks = unsigned_field(group, "blocks", at), offset = unsigned_field(group, "offset", at);
     LMX_REQUIRE(FormatError, block_bytes == layout.group(g).block_bytes,
-                "{} has blocks of {} bytes; this layout's are {}", at, block_bytes, layout.group(g).block_bytes);
+                "{} has blocks of {} bytes; this layout's are {}", at, block_bytes,
+                layout.group(g).block_bytes);
     LMX_REQUIRE(FormatError, first <= end_block && blocks == end_block - first,
                 "{}: blocks {} from block {} do not cover {} positions", at, blocks, first, length);
     LMX_REQUIRE(FormatError, offset % kPayloadAlign == 0 && offset >= payload_end && offset <= size,
-                "{}: payload offset {} is unaligned, overlaps what precedes it or lies past the end", at, offset);
+                "{}: payload offset {} is unaligned, overlaps what precedes it or lies past the end", at,
+                offset);
     for (uint64_t i = payload_end; i < offset; ++i)
-      LMX_REQUIRE(FormatError, data[i] == std::byte{0}, "{}: padding byte {} is not zero (corrupted)", where, i);
+      LMX_REQUIRE(FormatError, data[i] == std::byte{0}, "{}: padding byte {} is not zero (corrupted)", where,
+                  i);
     const auto& sums = field(group, "checksums", nlohmann::json::value_t::array, at);
-    LMX_REQUIRE(FormatError, sums.size() == blocks, "{}: {} checksums for {} blocks", at, sums.size(), blocks);
+    LMX_REQUIRE(FormatError, sums.size() == blocks, "{}: {} checksums for {} blocks", at, sums.size(),
+                blocks);
     LMX_REQUIRE(FormatError, blocks * block_bytes <= size - offset,
-                "{}: truncated: the payload ends at byte {}, the file has {}", at, offset + blocks * block_bytes, size);
+                "{}: truncated: the payload ends at byte {}, the file has {}", at,
+                offset + blocks * block_bytes, size);
     for (uint64_t b = 0; b < blocks; ++b) {
       LMX_REQUIRE(FormatError, sums[b].is_string(), "{}: checksum {} is not a string", at, b);
-      LMX_REQUIRE(FormatError, sums[b].get<std::string>() == hex64(checksum64(data + offset + b * block_bytes, block_bytes)),
-                  "{}: block {} is corrupted (checksum mismatch)", at, first + b);
+      LMX_REQUIRE(
+          FormatError,
+          sums[b].get<std::string>() == hex64(checksum64(data + offset + b * block_bytes, block_bytes)),
+          "{}: block {} is corrupted (checksum mismatch)", at, first + b);
     }
     first_block.push_back(static_cast<int64_t>(first));
     offsets.push_back(offset);
     payload_end = offset + blocks * block_bytes;
   }
-  LMX_REQUIRE(FormatError, payload_end == size, "{}: {} bytes follow the last payload", where, size - payload_end);
+  LMX_REQUIRE(FormatError, payload_end == size, "{}: {} bytes follow the last payload", where,
+              size - payload_end);
 
   snapshot.sequence = cache.restore_sequence(
-      static_cast<int64_t>(length), first_block, [&](int g, int64_t b, std::span<std::byte> out) {
-        const uint64_t from =
-            offsets[static_cast<size_t>(g)] + static_cast<uint64_t>(b - first_block[static_cast<size_t>(g)]) * out.size();
+      static_cast<int64_t>(length), first_block,
+      [&](int g, int64_t b, std::span<std::byte> out) {
+        const uint64_t from = offsets[static_cast<size_t>(g)] +
+                              static_cast<uint64_t>(b - first_block[static_cast<size_t>(g)]) * out.size();
         std::memcpy(out.data(), data + from, out.size());
-      });
+      },
+      before_quant_start);
   return snapshot;
 }
 

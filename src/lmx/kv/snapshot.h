@@ -10,6 +10,8 @@
 //                   {"model": model fingerprint, "tokenizer": tokenizer fingerprint,
 //                    "block_tokens": N, "codec": "bf16, sliding affine4:g64",
 //                    "layers": [every cache layer's signature],
+//                    "kv_quant_start": N (0: none; optional), "before_quant_start": whether the KV is the
+//                    bf16 one held below it, in the start layout (optional, false),
 //                    "length": positions held, "tokens": [the token ids whose KV it is],
 //                    "groups": [{"window", "block_bytes", "first_block", "blocks", "offset",
 //                                "checksums": [checksum64 of each block, 16 hex digits]}]}
@@ -46,7 +48,7 @@ void save_kv_snapshot(const std::string& path, KvCache& cache, const KvSequence&
                       std::span<const int32_t> tokens, const KvSnapshotIdentity& identity);
 
 struct KvSnapshot {
-  std::vector<int32_t> tokens;            // whose KV the sequence holds
+  std::vector<int32_t> tokens;           // whose KV the sequence holds
   std::unique_ptr<KvSequence> sequence;  // of the cache it was loaded into
 };
 

@@ -42,6 +42,7 @@ struct LanguageModel::Plan {
   bool graphed = false;
   int64_t max_kv_len = 0;             // the graph bucket when graphed
   std::vector<int64_t> table_widths;  // per group: block pointers staged per row
+  int phase = 1;                      // the rows' KvCache::step_phase
 };
 
 std::unique_ptr<LanguageModel> LanguageModel::load(const std::string& dir, std::unique_ptr<Backend> backend,
@@ -73,6 +74,7 @@ LanguageModel::LanguageModel(std::unique_ptr<ModelForward> forward, std::unique_
   kv.block_tokens = options.kv_block_tokens > 0 ? options.kv_block_tokens : kDefaultKvBlockTokens;
   kv.budget_bytes = options.kv_budget_bytes;
   kv.prefix_cache_bytes = options.kv_prefix_cache_bytes;
+  kv.quant_start = options.kv_quant_start;
   kv_ = std::make_unique<KvCache>(description().kv_layers, kv, backend_->kv_memory());
 }
 
@@ -110,6 +112,13 @@ LanguageModel::Plan LanguageModel::plan(std::span<const StepRow> rows, bool all_
     const int64_t n = static_cast<int64_t>(rows[r].tokens.size());
     LMX_REQUIRE(InvalidArgument, seq.length() + n <= (int64_t{1} << 30),
                 "forward: row {} would hold {} tokens", r, seq.length() + n);
+    if (r == 0) p.phase = kv_->step_phase(seq);
+    LMX_REQUIRE(
+        InvalidArgument, kv_->step_phase(seq) == p.phase,
+        "forward: rows 0 and {} hold KV on both sides of the quantization start (one layout per step)", r);
+    LMX_REQUIRE(InvalidArgument, n <= kv_->step_limit(seq),
+                "forward: row {} crosses the KV quantization start {} (split it there)", r,
+                kv_->quant_start());
     p.kv_rows.push_back({&seq, n});
     p.tokens.push_back(rows[r].tokens);
     p.tokens_total += n;
@@ -123,7 +132,7 @@ LanguageModel::Plan LanguageModel::plan(std::span<const StepRow> rows, bool all_
 }
 
 StepView LanguageModel::stage(const Plan& p) {
-  const KvLayout& layout = kv_->layout();
+  const KvLayout& layout = kv_->layout_of(*p.kv_rows.front().sequence);  // after prepare: converted rows too
   const int64_t t = p.tokens_total, s = static_cast<int64_t>(p.kv_rows.size());
   const int groups = layout.num_groups(), extras = forward_->extra_token_arrays();
   const int64_t block_tokens = layout.block_tokens();
@@ -231,7 +240,7 @@ StepOutputs LanguageModel::run(const Plan& p) {
     graphs_generation_ = backend_->memory_generation();
   }
   StepOutputs out;
-  const GraphKey key{static_cast<int64_t>(p.kv_rows.size()), p.max_kv_len};
+  const GraphKey key{static_cast<int64_t>(p.kv_rows.size()), p.max_kv_len, p.phase};
   const auto found = p.graphed ? graphs_.find(key) : graphs_.end();
   if (found != graphs_.end()) {
     backend_->replay(found->second.graph);
@@ -262,7 +271,26 @@ StepOutputs LanguageModel::run(const Plan& p) {
   return out;
 }
 
+std::optional<std::pair<StepRow, StepRow>> LanguageModel::split_at_quant_start(
+    std::span<const StepRow> rows) const {
+  if (rows.size() != 1 || rows[0].sequence == nullptr) return std::nullopt;
+  const int64_t limit = kv_->step_limit(kv_->own(rows[0].sequence));
+  if (static_cast<int64_t>(rows[0].tokens.size()) <= limit) return std::nullopt;
+  const auto head = static_cast<size_t>(limit);
+  return std::pair{StepRow{rows[0].sequence, rows[0].tokens.first(head)},
+                   StepRow{rows[0].sequence, rows[0].tokens.subspan(head)}};
+}
+
 Tensor LanguageModel::forward(std::span<const StepRow> rows, bool all_positions) {
+  if (const auto split = split_at_quant_start(rows)) {
+    const Tensor head = forward({&split->first, 1}, all_positions);
+    const Tensor tail = forward({&split->second, 1}, all_positions);
+    if (!all_positions) return tail;
+    Tensor both = Tensor::zeros({head.dim(0) + tail.dim(0), head.dim(1)}, DType::kF32);
+    std::memcpy(both.data<float>(), head.data<float>(), head.numel() * sizeof(float));
+    std::memcpy(both.data<float>() + head.numel(), tail.data<float>(), tail.numel() * sizeof(float));
+    return both;
+  }
   const Plan p = plan(rows, all_positions);
   const StepOutputs out = run(p);
   Tensor logits = Tensor::zeros(out.logits.shape(), DType::kF32);
@@ -271,6 +299,10 @@ Tensor LanguageModel::forward(std::span<const StepRow> rows, bool all_positions)
 }
 
 std::vector<int32_t> LanguageModel::forward_argmax(std::span<const StepRow> rows) {
+  if (const auto split = split_at_quant_start(rows)) {
+    forward_argmax({&split->first, 1});
+    return forward_argmax({&split->second, 1});
+  }
   const Plan p = plan(rows, false);
   const StepOutputs out = run(p);
   std::vector<int32_t> tokens(static_cast<size_t>(out.argmax.numel()));

@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lmx {
@@ -50,6 +51,9 @@ struct ModelOptions {
   // The prefix cache's cap on bytes of blocks no sequence references (KvCacheOptions::prefix_cache_bytes):
   // unset, up to the whole budget; 0, no prefix cache.
   std::optional<size_t> kv_prefix_cache_bytes;
+  // > 0: sequences hold bf16 KV below this many tokens, then convert to the codecs above
+  // (KvCacheOptions::quant_start).
+  int64_t kv_quant_start = 0;
   // Record decode steps (one token per row) as graphs and replay them (backends that support it), one per
   // row count and power-of-two bucket of the rows' longest KV length.
   bool use_graphs = true;
@@ -78,7 +82,9 @@ class LanguageModel {
   // StepRow (its last token) by default, or one per token ([Σ tokens, V], rows in order) when
   // `all_positions`. A row's logits do not depend on the other rows of the step (invariant 2). Throws
   // InvalidArgument for an empty row, a token id outside [0, vocab_size), a sequence in two rows or made by
-  // another model; KvPoolExhausted (nothing appended) when the KV blocks of the step do not fit.
+  // another model; KvPoolExhausted (nothing appended) when the KV blocks of the step do not fit. Under a KV
+  // quantization start, a step's rows must share one side of it (KvCache::step_phase) and none may cross
+  // it, except that one row alone that crosses it runs as two steps split there.
   Tensor forward(std::span<const StepRow> rows, bool all_positions = false);
   // One step like forward(), returning each row's greedy token (the first maximum of its last logits);
   // only the ids leave the backend.
@@ -115,6 +121,8 @@ class LanguageModel {
  private:
   struct Plan;
   Plan plan(std::span<const StepRow> rows, bool all_positions);
+  // A lone row crossing the KV quantization start, split there (its head, then its tail); else nothing.
+  std::optional<std::pair<StepRow, StepRow>> split_at_quant_start(std::span<const StepRow> rows) const;
   // Stages the plan's inputs on the backend and returns the step as the forward sees it.
   StepView stage(const Plan& plan);
   StepOutputs run(const Plan& plan);
@@ -132,6 +140,7 @@ class LanguageModel {
   };
   struct GraphKey {
     int64_t rows = 0, kv_bucket = 0;
+    int phase = 1;  // KvCache::step_phase: the start layout's steps read other kernels
     auto operator<=>(const GraphKey&) const = default;
   };
   std::map<GraphKey, Graph> graphs_;  // (rows, KV-length bucket) → its recorded decode step

@@ -167,6 +167,32 @@ TEST_F(EngineTest, QuantizedKvRequestsGiveTheirSoloTokens) {
   expect_all_solo(requests, outcomes, options);
 }
 
+// Under a KV quantization start, sequences on both sides of it alternate steps, prompts are chunked at it
+// and rows convert there: each request still gives its solo tokens, and every sequence ends converted.
+TEST_F(EngineTest, QuantStartRequestsGiveTheirSoloTokens) {
+  ModelOptions quantized;
+  quantized.kv_block_tokens = 4;
+  quantized.kv_codec = KvCodec::parse("affine4:g32");
+  quantized.kv_quant_start = 18;
+  model_ = test::load_model(test::source_path("tests/data/models/tiny-e2b"), Device::cpu(), quantized);
+  const EngineOptions options = small_steps();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 24; ++i) requests.push_back(varied_request(i));
+  Engine engine(*model_, nullptr, options);
+  int64_t mixed_steps = 0;
+  engine.set_step_observer([&](const StepRecord&) {
+    bool before = false, after = false;
+    for (const ScheduledSequence* s : engine.scheduler().running())
+      (s->kv->before_quant_start() ? before : after) = true;
+    mixed_steps += before && after;
+  });
+  const auto outcomes = run_together(engine, requests);
+  EXPECT_EQ(engine.stats().requests_finished, 24);
+  EXPECT_GT(mixed_steps, 0);  // sequences on both sides ran in alternating steps
+  expect_all_solo(requests, outcomes, options);
+  EXPECT_EQ(sequence_bytes(*model_), 0u);
+}
+
 TEST_F(EngineTest, PreemptionUnderASmallPoolKeepsEveryTokenExact) {
   const EngineOptions options = small_steps();
   // Room for about three sequences of 64 tokens: 24 requests of up to 64 tokens must queue and preempt.

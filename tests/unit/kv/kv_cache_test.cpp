@@ -83,12 +83,19 @@ class Tracked {
     Tensor k = test::random_tensor({count, g_.num_kv_heads, g_.head_dim});
     Tensor v = test::random_tensor({count, g_.num_kv_heads, g_.head_dim});
     KvRow row{seq_.get(), count};
+    const bool was_before = seq_->before_quant_start();
     cache_->prepare({&row, 1});
+    const KvCodec codec = cache_->layout_of(*seq_).codec();
+    if (was_before && !seq_->before_quant_start()) {
+      // Converted at the quantization start: the codec's encoding of the bf16 history.
+      k_ = stored(codec, k_, false);
+      v_ = stored(codec, v_, true);
+    }
     const HostKvStep host(*cache_, {&row, 1});
     const int64_t width = static_cast<int64_t>(g_.num_kv_heads) * g_.head_dim;
     ops::paged_kv_append(host.step(), host.layer(0), k.reshape({count, width}), v.reshape({count, width}));
-    k_ = concat(k_, stored(cache_->layout().codec(), k, false));
-    v_ = concat(v_, stored(cache_->layout().codec(), v, true));
+    k_ = concat(k_, stored(codec, k, false));
+    v_ = concat(v_, stored(codec, v, true));
     Tensor q = test::random_tensor({count, g_.num_kv_heads * 2, g_.head_dim});
     Tensor out = Tensor::zeros(q.shape(), DType::kF32), expected = Tensor::zeros(q.shape(), DType::kF32);
     Tensor out2 = out.reshape({count, 2 * width});
@@ -96,7 +103,7 @@ class Tracked {
     const int64_t done = seq_->length();
     ops::attention(q, k_, v_, iota_positions(done, count), iota_positions(0, done + count), g_.window, 0.5f,
                    expected);
-    if (cache_->layout().codec().kind() == KvCodecKind::kTurbo) {
+    if (codec.kind() == KvCodecKind::kTurbo) {
       // Values summed in the rotated space and rotated back once: equal up to f32 rounding.
       EXPECT_LT(test::max_abs_diff(out, expected), 2e-5f) << "after " << done << " + " << count;
     } else {
@@ -471,6 +478,93 @@ TEST(KvCache, RejectsForeignAndBadRows) {
   const HostKvStep host(cache, {&row, 1});
   Tensor wrong = test::random_tensor({3, 8});
   EXPECT_THROW(ops::paged_kv_append(host.step(), host.layer(0), wrong, wrong), InvalidArgument);
+}
+
+// ---- Quantization start ------------------------------------------------------------------------------
+
+KvCacheOptions quant_start_options(KvCodec codec, int64_t start, size_t budget = 64 << 20) {
+  KvCacheOptions o = options(4, codec, budget);
+  o.quant_start = start;
+  return o;
+}
+
+TEST(KvCacheQuantStart, Bf16UntilTheStartThenTheCodecOfTheBf16History) {
+  for (const KvLayerGeometry& g : {KvLayerGeometry{2, 32, 0}, KvLayerGeometry{1, 32, 6}}) {
+    for (const KvCodec codec : {KvCodec::affine(4, 32), KvCodec::affine(8, 32), KvCodec::turbo(8, 3)}) {
+      SCOPED_TRACE(codec.name() + " window " + std::to_string(g.window));
+      KvCache cache(std::span(&g, 1), quant_start_options(codec, 10), host_kv_memory());
+      EXPECT_EQ(cache.codec_description(), codec.name() + ", bf16 below 10 tokens");
+      Tracked t(cache, g);  // checks attention against its history after every step
+      EXPECT_TRUE(t.seq().before_quant_start());
+      EXPECT_EQ(cache.layout_of(t.seq()).codec(), KvCodec(KvCodecKind::kBf16));
+      t.step(3);
+      t.step(3);
+      EXPECT_EQ(cache.step_limit(t.seq()), 4);
+      t.step(4);  // exactly to the start: still bf16
+      EXPECT_TRUE(t.seq().before_quant_start());
+      EXPECT_EQ(t.seq().min_reusable_offset(), 0);
+      EXPECT_EQ(cache.step_phase(t.seq()), 1);  // its next step converts it
+      t.step(1);
+      EXPECT_FALSE(t.seq().before_quant_start());
+      EXPECT_EQ(cache.layout_of(t.seq()).codec(), codec);
+      EXPECT_EQ(t.seq().min_reusable_offset(), 10);
+      t.step(5);
+      t.step(1);
+      EXPECT_EQ(cache.pool().used_blocks(1), 0);  // the bf16 blocks went back
+    }
+  }
+}
+
+TEST(KvCacheQuantStart, NothingRewindsForksOrCrossesBelowTheStart) {
+  const KvLayerGeometry g{1, 32, 0};
+  KvCache cache(std::span(&g, 1), quant_start_options(KvCodec::affine(4, 32), 8), host_kv_memory());
+  Tracked t(cache, g);
+  t.step(6);
+  KvRow crossing{&t.seq(), 3};
+  EXPECT_THROW(cache.prepare({&crossing, 1}), InvalidArgument);  // 6 + 3 crosses 8
+  t.truncate(2);                                                 // before the start, rewinding is free
+  t.step(6);
+  t.step(1);  // converts at 8
+  EXPECT_FALSE(t.seq().can_truncate(7));
+  EXPECT_NE(t.seq().truncate_refusal(7).find("minimum reusable offset 8"), std::string::npos)
+      << t.seq().truncate_refusal(7);
+  EXPECT_THROW(cache.fork(t.seq(), 5), InvalidArgument);
+  Tracked b = t.fork(8);  // at the start itself: the converted history
+  EXPECT_FALSE(b.seq().before_quant_start());
+  b.step(2);
+  t.truncate(8);
+  t.step(3);
+  // Rows on both sides of the start never share a step.
+  auto fresh = cache.new_sequence();
+  KvRow both[2] = {{&t.seq(), 1}, {fresh.get(), 1}};
+  EXPECT_THROW(cache.prepare(both), InvalidArgument);
+}
+
+TEST(KvCacheQuantStart, ConversionThatDoesNotFitChangesNothing) {
+  const KvLayerGeometry g{1, 32, 0};
+  const KvCodec codec = KvCodec::affine(8, 32);
+  const size_t bf16_block = 2 * 4 * 32 * 2,
+               affine_block = 4 * (codec.token_bytes(1, 32) + codec.token_bytes(1, 32, /*values=*/true));
+  // Two bf16 blocks fit, and one converted block beside them, but not the two the conversion needs.
+  KvCache cache(std::span(&g, 1), quant_start_options(codec, 8, 2 * bf16_block + affine_block + 1),
+                host_kv_memory());
+  Tracked t(cache, g);
+  t.step(8);
+  KvRow next{&t.seq(), 1};
+  EXPECT_THROW(cache.prepare({&next, 1}), KvPoolExhausted);
+  EXPECT_TRUE(t.seq().before_quant_start());
+  EXPECT_EQ(t.seq().blocks(0).size(), 2u);
+  EXPECT_EQ(cache.pool().used_blocks(0), 0);
+}
+
+TEST(KvCacheQuantStart, RefusedWithoutAQuantizedCodec) {
+  const KvLayerGeometry g{1, 32, 0};
+  try {
+    KvCache cache(std::span(&g, 1), quant_start_options(KvCodec(KvCodecKind::kBf16), 8), host_kv_memory());
+    FAIL() << "a bf16 cache took a quantization start";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a quantized KV codec"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
