@@ -557,6 +557,40 @@ TEST(KvCacheQuantStart, ConversionThatDoesNotFitChangesNothing) {
   EXPECT_EQ(cache.pool().used_blocks(0), 0);
 }
 
+TEST(KvCacheQuantStart, PrefixReuseTakesAConvertedPrefixFromTheStartOnElseABf16One) {
+  const KvLayerGeometry g{1, 32, 0};
+  KvCacheOptions o = quant_start_options(KvCodec::affine(4, 32), 8);
+  o.prefix_cache_bytes = size_t{1} << 20;
+  KvCache cache(std::span(&g, 1), o, host_kv_memory());
+  std::vector<int32_t> tokens(14);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(100 + i);
+  Tracked t(cache, g);
+  t.step(8);
+  cache.cache_prefix(t.seq(), tokens);  // its bf16 blocks
+  t.step(6);                            // converts, then 14 positions
+  cache.cache_prefix(t.seq(), tokens, /*finished=*/true);
+  // All 14 tokens shared: the converted sequence's blocks.
+  std::vector<int32_t> longer = tokens;
+  longer.push_back(7);
+  auto converted = cache.reuse_prefix(longer, 14);
+  ASSERT_NE(converted, nullptr);
+  EXPECT_EQ(converted->length(), 14);
+  EXPECT_FALSE(converted->before_quant_start());
+  EXPECT_EQ(converted->min_reusable_offset(), 8);
+  // Six shared: below the start, the bf16 blocks.
+  std::vector<int32_t> early(tokens.begin(), tokens.begin() + 6);
+  early.push_back(1);
+  early.push_back(2);
+  auto bf16 = cache.reuse_prefix(early, 7);
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_EQ(bf16->length(), 6);
+  EXPECT_TRUE(bf16->before_quant_start());
+  const KvPrefixStats stats = cache.prefix_stats();
+  EXPECT_EQ(stats.lookups, 2);
+  EXPECT_EQ(stats.hits, 2);
+  EXPECT_EQ(stats.reused_tokens, 20);
+}
+
 TEST(KvCacheQuantStart, RefusedWithoutAQuantizedCodec) {
   const KvLayerGeometry g{1, 32, 0};
   try {
