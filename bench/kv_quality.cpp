@@ -5,6 +5,7 @@
 //
 //   bench_kv_quality --model DIR --ids FILE [--tokens N] [--codecs f32,bf16,affine8,affine4,fit:PATH,...]
 //
+// A codec "SPEC@N" runs SPEC with a quantization start of N tokens (--kv-quant-start: bf16 below N).
 // FILE holds token ids separated by commas or whitespace (e.g. `lmx tokenize` output).
 #include "lmx/core/error.h"
 #include "lmx/kv/kv_config.h"
@@ -44,10 +45,15 @@ std::vector<std::string> split(const std::string& list) {
 }
 
 // The model with `spec`'s KV codecs: a KvCodec spec for every layer, or "fit:PATH" for a kv_fit.json's
-// per-layer codecs (the rest f32); its log-probabilities at every position and its bytes per token.
-std::vector<float> teacher_forced(const std::string& dir, const std::string& spec,
-                                  const std::vector<int32_t>& ids, size_t* bytes_per_token) {
+// per-layer codecs (the rest f32), either with "@N" for a quantization start; its log-probabilities at every
+// position and its bytes per token (after the start).
+std::vector<float> teacher_forced(const std::string& dir, std::string spec, const std::vector<int32_t>& ids,
+                                  size_t* bytes_per_token) {
   lmx::ModelOptions options;
+  if (const size_t at = spec.rfind('@'); at != std::string::npos) {
+    options.kv_quant_start = std::stoll(spec.substr(at + 1));
+    spec = spec.substr(0, at);
+  }
   if (spec.rfind("fit:", 0) == 0) {
     options.kv_codec = lmx::KvCodec(lmx::KvCodecKind::kF32);
     options.kv_layer_codecs = lmx::read_kv_fit(spec.substr(4));
