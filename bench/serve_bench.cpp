@@ -96,6 +96,8 @@ Result send(const Options& o, const std::string& prompt, int max_tokens) {
                                {"stream", true},   {"stream_options", {{"include_usage", true}}}};
   const Clock::time_point start = Clock::now();
   std::optional<Clock::time_point> last;
+  int64_t text_chunks = 0;
+  bool usage = false;
   std::string buffer;
   httplib::Request req;
   req.method = "POST";
@@ -110,11 +112,13 @@ Result send(const Options& o, const std::string& prompt, int max_tokens) {
       if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
       const auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
       if (j.contains("usage") && j["usage"].is_object()) {
+        usage = true;
         r.output_tokens = j["usage"].value("completion_tokens", 0);
         r.prompt_tokens = j["usage"].value("prompt_tokens", 0);
       }
       if (!j.contains("choices") || j["choices"].empty() || j["choices"][0].value("text", "").empty())
         continue;
+      ++text_chunks;
       const Clock::time_point now = Clock::now();
       if (!last)
         r.ttft = std::chrono::duration<double>(now - start).count();
@@ -131,6 +135,7 @@ Result send(const Options& o, const std::string& prompt, int max_tokens) {
   } else if (res->status != 200) {
     r.error = "HTTP " + std::to_string(res->status);
   } else {
+    if (!usage) r.output_tokens = text_chunks;  // a server that sends no usage: one token per chunk
     r.ok = last.has_value() && r.output_tokens > 0;
     if (!r.ok) r.error = "no tokens";
   }
