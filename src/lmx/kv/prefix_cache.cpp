@@ -198,13 +198,18 @@ void KvPrefixCache::insert(KvSequence& sequence, std::span<const int32_t> tokens
   const Entry* previous = nullptr;
   if (!keys.empty())
     if (auto it = entries_.find(keys.back()); it != entries_.end()) previous = &it->second;
-  // Block b (a tail when shorter than a block): cache each group's block the sequence still stores.
-  auto add = [&](int64_t b, Entry& e, uint64_t key) {
+  // Block b (a tail when shorter than a block): cache each group's block the sequence still stores. A tail
+  // block someone else also holds is left out: it is another sequence's partial block, or already cached as
+  // a longer tail this sequence reused without writing into it — a second entry would hold the block twice,
+  // and eviction (which takes only blocks the cache alone holds) could never give it back.
+  auto add = [&](int64_t b, Entry& e, uint64_t key, bool is_tail) {
     for (size_t g = 0; g < groups; ++g) {
       const KvSequence::Table& t = sequence.tables_[g];
       const int64_t i = b - t.first_block;
-      if (e.slots[g] == lru_.end() && i >= 0 && i < static_cast<int64_t>(t.blocks.size()))
-        cache_slot(e, key, g, t.blocks[static_cast<size_t>(i)], previous);
+      if (e.slots[g] != lru_.end() || i < 0 || i >= static_cast<int64_t>(t.blocks.size())) continue;
+      const KvBlockId id = t.blocks[static_cast<size_t>(i)];
+      if (is_tail && pool_.refcount(id) > 1) continue;
+      cache_slot(e, key, g, id, previous);
     }
   };
   for (auto b = static_cast<int64_t>(keys.size()); b < length / block_tokens; ++b) {
@@ -214,7 +219,7 @@ void KvPrefixCache::insert(KvSequence& sequence, std::span<const int32_t> tokens
     const uint64_t key = prefix_chain_hash(parent, block);
     keys.push_back(key);
     Entry* e = entry_for(key, parent, block);
-    if (e != nullptr) add(b, *e, key);
+    if (e != nullptr) add(b, *e, key, false);
     previous = e;
     forget_if_empty(key);
   }
@@ -224,7 +229,7 @@ void KvPrefixCache::insert(KvSequence& sequence, std::span<const int32_t> tokens
   const auto rest =
       tokens.subspan(static_cast<size_t>(full * block_tokens), static_cast<size_t>(length % block_tokens));
   const uint64_t key = prefix_chain_hash(parent, rest);
-  if (Entry* e = entry_for(key, parent, rest)) add(full, *e, key);
+  if (Entry* e = entry_for(key, parent, rest)) add(full, *e, key, true);
   forget_if_empty(key);
 }
 

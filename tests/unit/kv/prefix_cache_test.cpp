@@ -1,6 +1,7 @@
 // Tests for the prefix cache: longest-prefix lookup over chained block keys and the first tokens of one
-// more block, tails of finished sequences (copied before a reuser writes into them), sliding groups that need only their window, refcounts, LRU
-// eviction when the pool needs room (a chain from its end) and under the byte cap, keys per layout.
+// more block, tails of finished sequences (copied before a reuser writes into them), sliding groups that need
+// only their window, refcounts, LRU eviction when the pool needs room (a chain from its end) and under the
+// byte cap, keys per layout.
 #include "lmx/kv/prefix_cache.h"
 #include "lmx/kv/kv_cache.h"
 #include "support/test_support.h"
@@ -41,8 +42,8 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 
 // Runs `seq` forward to hold `toks` in steps of `step` tokens, caching its blocks after every step as the
 // engine does (the KV bytes themselves do not matter here).
-void grow(KvCache& cache, KvSequence& seq, const std::vector<int32_t>& toks, int64_t step, bool finish = false,
-          bool cache_each_step = true) {
+void grow(KvCache& cache, KvSequence& seq, const std::vector<int32_t>& toks, int64_t step,
+          bool finish = false, bool cache_each_step = true) {
   while (seq.length() < static_cast<int64_t>(toks.size())) {
     const KvRow row{&seq, std::min<int64_t>(step, static_cast<int64_t>(toks.size()) - seq.length())};
     cache.prepare({&row, 1});
@@ -129,6 +130,31 @@ TEST(PrefixCache, FinishedSequencesLeaveTheirTailAndReusersCopyIt) {
   EXPECT_EQ(cache.reuse_prefix(after_blocks, 14)->length(), 12);
 }
 
+// A sequence that reused part of a cached tail and ended before writing into it (a request cancelled before
+// its first step) holds the cached block itself: caching its shorter tail must not put that block in a second
+// entry, which would hold it twice, so that eviction (of blocks only the cache holds) never gave it back.
+TEST(PrefixCache, AReusedTailThatWasNeverWrittenIsNotCachedTwice) {
+  const auto layers = mixed_layers();
+  KvCache cache(layers, options(), host_kv_memory());
+  const std::vector<int32_t> t = tokens(14);
+  {
+    auto a = cache.new_sequence();
+    grow(cache, *a, t, 5, /*finish=*/true);
+  }
+  const auto diverging = concat(std::vector<int32_t>(t.begin(), t.begin() + 13), tokens(3, 800));
+  {
+    auto b = cache.reuse_prefix(diverging, static_cast<int64_t>(diverging.size()) - 1);
+    ASSERT_NE(b, nullptr);
+    ASSERT_EQ(b->length(), 13);
+    cache.cache_prefix(*b, diverging, /*finished=*/true);
+  }
+  // The longer tail still serves the shorter prompt.
+  EXPECT_EQ(cache.reuse_prefix(diverging, static_cast<int64_t>(diverging.size()) - 1)->length(), 13);
+  cache.clear_prefix_cache();
+  EXPECT_EQ(cache.pool().used_bytes(), 0u);
+  EXPECT_EQ(cache.prefix_stats().cached_blocks, 0);
+}
+
 TEST(PrefixCache, SlidingGroupsNeedOnlyTheBlocksTheirWindowSpans) {
   const auto layers = mixed_layers();
   const std::vector<int32_t> t = tokens(30);
@@ -168,7 +194,8 @@ TEST(PrefixCache, SlidingGroupsNeedOnlyTheBlocksTheirWindowSpans) {
 // A one-layer full-attention cache of `blocks` blocks.
 KvCache small_cache(int blocks, std::optional<size_t> prefix_bytes = std::nullopt) {
   const KvLayerGeometry layer{1, 4, 0, -1};
-  const size_t block_bytes = KvLayout(std::span(&layer, 1), KvCodec(KvCodecKind::kF32), kBlock).group(0).block_bytes;
+  const size_t block_bytes =
+      KvLayout(std::span(&layer, 1), KvCodec(KvCodecKind::kF32), kBlock).group(0).block_bytes;
   KvCacheOptions o = options(static_cast<size_t>(blocks) * block_bytes, prefix_bytes);
   return KvCache(std::span(&layer, 1), o, host_kv_memory());
 }
@@ -201,7 +228,8 @@ TEST(PrefixCache, EvictsUnreferencedBlocksWhenThePoolNeedsRoomFromAChainsEnd) {
 
 TEST(PrefixCache, KeepsUnreferencedBytesUnderItsCap) {
   const KvLayerGeometry layer{1, 4, 0, -1};
-  const size_t block_bytes = KvLayout(std::span(&layer, 1), KvCodec(KvCodecKind::kF32), kBlock).group(0).block_bytes;
+  const size_t block_bytes =
+      KvLayout(std::span(&layer, 1), KvCodec(KvCodecKind::kF32), kBlock).group(0).block_bytes;
   KvCache cache = small_cache(64, 2 * block_bytes);
   const std::vector<int32_t> t = tokens(16);
   auto a = cache.new_sequence();
