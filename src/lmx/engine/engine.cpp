@@ -3,6 +3,7 @@
 
 #include "lmx/core/error.h"
 #include "lmx/core/thread_pool.h"
+#include "lmx/engine/forced_tokens.h"
 #include "lmx/engine/json_constraint.h"
 #include "lmx/engine/text_output.h"
 
@@ -34,6 +35,7 @@ struct Engine::Request {
   int unfinished = 0;
   int64_t reused_tokens = 0;
   bool forked = false;  // choices 1.. exist as sequences (forked from choice 0's prompt)
+  std::vector<std::vector<int32_t>> forced_tokens;  // spec.forced_prefixes, tokenized
 };
 
 struct Engine::Choice : ScheduledSequence {
@@ -50,7 +52,10 @@ struct Engine::Choice : ScheduledSequence {
   int index;
   Sampler sampler;
   TextOutput text;
-  std::optional<JsonObjectConstraint> json;  // GenerationRequest::json_object
+  std::optional<JsonObjectConstraint> json;  // json_object, or forced_json once the prefix is written
+  std::optional<ForcedTokens> forced;        // forced_prefixes, until one is written
+  // Whether its next token is constrained (sampled on the host against the masks).
+  bool constrained() const { return json.has_value() || (forced && !forced->complete()); }
   int64_t generated = 0;
   bool finished = false;
 };
@@ -101,6 +106,14 @@ void Engine::validate(const GenerationRequest& r) const {
               "request: stop strings need a tokenizer (the model directory has no tokenizer.json)");
   LMX_REQUIRE(InvalidArgument, !r.json_object || tokenizer_ != nullptr,
               "request: JSON output needs a tokenizer (the model directory has no tokenizer.json)");
+  LMX_REQUIRE(InvalidArgument, r.forced_prefixes.empty() || tokenizer_ != nullptr,
+              "request: a forced tool call needs a tokenizer (the model directory has no tokenizer.json)");
+  LMX_REQUIRE(InvalidArgument, r.forced_prefixes.empty() || !r.json_object,
+              "request: a forced tool call and JSON output exclude each other");
+  LMX_REQUIRE(InvalidArgument, !r.forced_json || !r.forced_prefixes.empty(),
+              "request: forced JSON needs forced prefixes");
+  for (const std::string& p : r.forced_prefixes)
+    LMX_REQUIRE(InvalidArgument, !p.empty(), "request: a forced prefix is empty");
   LMX_REQUIRE(InvalidArgument, r.conversation == nullptr || r.n == 1,
               "request: a conversation takes n = 1, got {}", r.n);
   const auto tokens = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
@@ -148,7 +161,10 @@ void Engine::admit(Incoming in) {
   r.id = in.id;
   r.spec = std::move(in.request);
   r.on_event = std::move(in.on_event);
-  if (r.spec.json_object && token_texts_.empty()) {
+  // A forced prefix is written as the tokenizer encodes it: special tokens as themselves.
+  for (const std::string& prefix : r.spec.forced_prefixes)
+    r.forced_tokens.push_back(tokenizer_->encode(prefix, /*add_special_tokens=*/false));
+  if ((r.spec.json_object || r.spec.forced_json) && token_texts_.empty()) {
     // Each token's text alone, once: what constrained decoding checks against the JSON automaton. Special
     // tokens are never part of the JSON.
     token_texts_.resize(static_cast<size_t>(model_.description().vocab_size));
@@ -162,6 +178,7 @@ void Engine::admit(Incoming in) {
   for (int i = 0; i < r.spec.n; ++i) {
     auto c = std::make_unique<Choice>(r, i, tokenizer_);
     if (r.spec.json_object) c->json.emplace();
+    if (!r.forced_tokens.empty()) c->forced.emplace(r.forced_tokens);
     c->order = next_order_++;
     c->tokens = r.spec.prompt;
     c->prompt_tokens = static_cast<int64_t>(r.spec.prompt.size());
@@ -265,7 +282,14 @@ void Engine::pick(Pick& p) const {
       }
       return;
     }
-    if (c.json) {
+    if (c.forced && !c.forced->complete()) {
+      // A forced prefix: every token but the ones that continue it is masked.
+      std::vector<float> masked(out.logits.size(), -std::numeric_limits<float>::infinity());
+      for (int32_t id : c.forced->next())
+        if (id >= 0 && static_cast<size_t>(id) < masked.size())
+          masked[static_cast<size_t>(id)] = out.logits[static_cast<size_t>(id)];
+      p.token = c.sampler.sample(masked, c.tokens);
+    } else if (c.json) {
       // Constrained: every token the JSON automaton refuses (and every special token) is masked.
       std::vector<float> masked(out.logits.begin(), out.logits.end());
       bool any = false;
@@ -306,10 +330,14 @@ std::optional<FinishReason> Engine::apply(const Pick& p, RequestEvent& event) {
     return FinishReason::kStop;
   }
   event.text += c.text.feed(token);
-  if (c.json) {
+  if (c.forced && !c.forced->complete()) {
+    c.forced->accept(token);
+    if (c.forced->complete() && spec.forced_json) c.json.emplace();
+  } else if (c.json) {
     c.json->accept(token_texts_.at(static_cast<size_t>(token)));
     if (c.json->complete()) {
       event.text += c.text.finish();
+      event.text += spec.forced_suffix;
       return FinishReason::kStop;
     }
   }
@@ -449,7 +477,7 @@ bool Engine::step() {
     for (const Pick& p : picks) {
       const GenerationRequest& spec = p.choice->request->spec;
       if (!is_plain_greedy(spec.sampling) || spec.top_logprobs >= 0) argmax_only = false;
-      if (spec.json_object) constrained = true;
+      if (p.choice->constrained()) constrained = true;
     }
     if (constrained) argmax_only = false;
     const bool on_backend =

@@ -44,6 +44,15 @@ struct GenerationRequest {
   // every token that no JSON object could continue with is masked — and the choice ends (kStop) when it
   // closes. Needs a tokenizer; sampling for such a step runs on the host.
   bool json_object = false;
+  // Forced output (a forced tool call: OpenAI's tool_choice "required" or a named function, Anthropic's "any"
+  // or "tool"): each choice begins with the tokens of one of `forced_prefixes` as the tokenizer encodes them
+  // (special tokens as themselves) — every other token is masked. Then, with `forced_json`, one JSON object
+  // (constrained as json_object is), after which the choice ends (kStop) with `forced_suffix` appended to its
+  // text (not generated); without it the text after the prefix is free. Needs a tokenizer; not with
+  // json_object.
+  std::vector<std::string> forced_prefixes;
+  bool forced_json = false;
+  std::string forced_suffix;
   std::shared_ptr<Conversation> conversation;  // optional: KV kept across requests (n must be 1)
 };
 

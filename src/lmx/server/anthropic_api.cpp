@@ -119,19 +119,32 @@ nlohmann::ordered_json template_tools(const nlohmann::ordered_json& body) {
   return out;
 }
 
-bool tools_offered(const nlohmann::ordered_json& body) {
-  if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return true;
+// tool_choice: whether the tools are offered ("auto", the default; "none" offers none), and the tools a
+// forced call may take ("any": any of them; "tool" with "name": that one).
+struct ToolChoice {
+  bool offered = true;
+  std::vector<std::string> forced;
+};
+ToolChoice tool_choice(const nlohmann::ordered_json& body, const nlohmann::ordered_json& tools) {
+  if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return {};
   const auto& c = body["tool_choice"];
   if (!c.is_object() || !c.contains("type") || !c["type"].is_string())
     bad_request("\"tool_choice\" must be an object with a \"type\"", "tool_choice");
-  if (c["type"] == "auto") return true;
-  if (c["type"] == "none") return false;
-  if (c["type"] == "any" || c["type"] == "tool")
-    bad_request("tool_choice \"" + c["type"].get<std::string>() +
-                    "\" forces a tool call, which needs constrained decoding that lmx does not have yet; use "
-                    "\"auto\"",
-                "tool_choice");
-  bad_request("\"tool_choice.type\" must be auto, any, tool or none", "tool_choice");
+  if (c["type"] == "auto") return {};
+  if (c["type"] == "none") return {false, {}};
+  if (c["type"] != "any" && c["type"] != "tool")
+    bad_request("\"tool_choice.type\" must be auto, any, tool or none", "tool_choice");
+  if (tools.empty())
+    bad_request("tool_choice forces a tool call, but the request has no \"tools\"", "tool_choice");
+  std::vector<std::string> names;
+  for (const auto& t : tools) names.push_back(t["function"]["name"].get<std::string>());
+  if (c["type"] == "any") return {true, names};
+  if (!c.contains("name") || !c["name"].is_string())
+    bad_request("tool_choice \"tool\" needs a \"name\"", "tool_choice");
+  const std::string name = c["name"].get<std::string>();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    bad_request("tool_choice names \"" + name + "\", which is not among the request's tools", "tool_choice");
+  return {true, {name}};
 }
 
 std::optional<bool> thinking(const nlohmann::ordered_json& body) {
@@ -150,9 +163,11 @@ ApiRequest parse(const nlohmann::ordered_json& body, const GenerationRequest& de
   if (body.contains("model") && !body["model"].is_string())
     bad_request("\"model\" must be a string", "model");
   const nlohmann::ordered_json messages = template_messages(body);
-  const bool offered = tools_offered(body);
-  const nlohmann::ordered_json tools = offered ? template_tools(body) : nlohmann::ordered_json::array();
-  return render_chat_request(messages, tools, offered, thinking(body), defaults, tokenizer);
+  const nlohmann::ordered_json all_tools = template_tools(body);
+  const ToolChoice choice = tool_choice(body, all_tools);
+  const nlohmann::ordered_json tools = choice.offered ? all_tools : nlohmann::ordered_json::array();
+  return render_chat_request(messages, tools, choice.offered, thinking(body), defaults, tokenizer,
+                             choice.forced);
 }
 
 // Anthropic's content pieces in the order the model wrote them.

@@ -203,6 +203,33 @@ nlohmann::ordered_json parse_gemma4_arguments(const std::string& text) {
   return Gemma4Arguments(text).parse();
 }
 
+ForcedToolCall forced_tool_call(OutputFormat format, const std::vector<std::string>& names) {
+  LMX_REQUIRE(InvalidArgument, !names.empty(), "forcing a tool call needs at least one tool");
+  ForcedToolCall f;
+  for (const std::string& name : names) {
+    const std::string quoted = nlohmann::json(name).dump();
+    switch (format) {
+      case OutputFormat::kGemma4:
+        f.prefixes.push_back("<|tool_call>call:" + name + "{");
+        break;
+      case OutputFormat::kQwen3:
+        f.prefixes.push_back("<tool_call>\n{\"name\": " + quoted + ", \"arguments\": ");
+        f.json = true;
+        f.suffix = "}\n</tool_call>";
+        break;
+      case OutputFormat::kLlama3:
+        f.prefixes.push_back("{\"name\": " + quoted + ", \"parameters\": ");
+        f.json = true;
+        f.suffix = "}";
+        break;
+      case OutputFormat::kPlain:
+        throw InvalidArgument(
+            "this model's chat template has no tool-call syntax, so a tool call cannot be forced");
+    }
+  }
+  return f;
+}
+
 std::string new_tool_call_id() {
   thread_local std::mt19937_64 random{std::random_device{}()};
   return fmt::format("call_{:016x}{:08x}", random(), static_cast<uint32_t>(random()));

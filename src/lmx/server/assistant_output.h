@@ -71,6 +71,18 @@ AssistantOutput split_output(OutputFormat format, bool parse_tools, const std::s
 // <|"|>) as JSON. InvalidArgument naming the position for anything else.
 nlohmann::ordered_json parse_gemma4_arguments(const std::string& text);
 
+// How `format` is made to call one of `names` (a forced tool call: GenerationRequest's forced_prefixes,
+// forced_json, forced_suffix): per name the call's opening up to its arguments; Qwen 3 and Llama 3 then take
+// one JSON object of arguments (constrained to valid JSON) and their close is appended. Gemma 4's arguments
+// are its own syntax and stay unconstrained after the opening `<|tool_call>call:NAME{`. InvalidArgument for
+// kPlain (the template has no tool-call syntax) or no names.
+struct ForcedToolCall {
+  std::vector<std::string> prefixes;
+  bool json = false;
+  std::string suffix;
+};
+ForcedToolCall forced_tool_call(OutputFormat format, const std::vector<std::string>& names);
+
 // A fresh tool-call id ("call_" and 24 random hex digits).
 std::string new_tool_call_id();
 

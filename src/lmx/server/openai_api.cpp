@@ -120,7 +120,8 @@ nlohmann::json error_body(const std::string& message, const std::string& type, c
 
 ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                bool parse_tools, std::optional<bool> enable_thinking,
-                               const GenerationRequest& defaults, const Tokenizer& tokenizer) {
+                               const GenerationRequest& defaults, const Tokenizer& tokenizer,
+                               const std::vector<std::string>& forced_tools) {
   ApiRequest r;
   r.generation = defaults;
   try {
@@ -138,6 +139,16 @@ ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlo
   if (r.parse_tools && r.output == OutputFormat::kGemma4) {
     const int32_t response = tokenizer.token_to_id("<|tool_response>");
     if (response >= 0) r.generation.stop_token_ids.push_back(response);
+  }
+  if (!forced_tools.empty()) {
+    try {
+      ForcedToolCall forced = forced_tool_call(r.output, forced_tools);
+      r.generation.forced_prefixes = std::move(forced.prefixes);
+      r.generation.forced_json = forced.json;
+      r.generation.forced_suffix = std::move(forced.suffix);
+    } catch (const InvalidArgument& e) {
+      bad_request(e.what(), "tool_choice");
+    }
   }
   return r;
 }
@@ -164,18 +175,34 @@ nlohmann::ordered_json openai_tools(const nlohmann::ordered_json& body) {
   return tools;
 }
 
-// Whether to offer the tools: tool_choice "auto" (the default) or "none"; forcing a call is refused.
-bool tools_offered(const nlohmann::ordered_json& body) {
-  if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return true;
+// tool_choice: whether the tools are offered ("auto", the default; "none" offers none), and the tools a
+// forced call may take ("required": any of them; {"type": "function", "function": {"name"}}: that one).
+struct ToolChoice {
+  bool offered = true;
+  std::vector<std::string> forced;
+};
+ToolChoice tool_choice(const nlohmann::ordered_json& body, const nlohmann::ordered_json& tools) {
+  ToolChoice choice;
+  if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return choice;
   const auto& c = body["tool_choice"];
-  if (c == "auto") return true;
-  if (c == "none") return false;
-  if (c == "required" || c.is_object())
-    throw ApiError(400, "invalid_request_error",
-                   "tool_choice that forces a tool call (\"required\" or a named function) needs constrained "
-                   "decoding, which lmx does not have yet; use \"auto\"",
-                   "tool_choice");
-  bad_request("\"tool_choice\" must be \"auto\", \"none\", \"required\" or a named function", "tool_choice");
+  if (c == "auto") return choice;
+  if (c == "none") return {false, {}};
+  if (c != "required" && !c.is_object())
+    bad_request("\"tool_choice\" must be \"auto\", \"none\", \"required\" or a named function",
+                "tool_choice");
+  if (tools.empty())
+    bad_request("tool_choice forces a tool call, but the request has no \"tools\"", "tool_choice");
+  std::vector<std::string> names;
+  for (const auto& t : tools) names.push_back(t["function"]["name"].get<std::string>());
+  if (c == "required") return {true, names};
+  if (!c.contains("function") || !c["function"].is_object() || !c["function"].contains("name") ||
+      !c["function"]["name"].is_string())
+    bad_request("a named tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                "tool_choice");
+  const std::string name = c["function"]["name"].get<std::string>();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    bad_request("tool_choice names \"" + name + "\", which is not among the request's tools", "tool_choice");
+  return {true, {name}};
 }
 
 // An assistant message's "tool_calls" as the template wants them: arguments parsed into objects.
@@ -242,9 +269,10 @@ ApiRequest parse_chat_request(const nlohmann::ordered_json& body, const Generati
     messages.push_back(std::move(out));
   }
   const nlohmann::ordered_json tools = openai_tools(body);
-  const bool offered = tools_offered(body);
-  ApiRequest r = render_chat_request(messages, offered ? tools : nlohmann::ordered_json::array(), offered,
-                                     enable_thinking(body), defaults, tokenizer);
+  const ToolChoice choice = tool_choice(body, tools);
+  ApiRequest r =
+      render_chat_request(messages, choice.offered ? tools : nlohmann::ordered_json::array(), choice.offered,
+                          enable_thinking(body), defaults, tokenizer, choice.forced);
   apply_common(body, r);
   return r;
 }

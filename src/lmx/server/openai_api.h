@@ -59,15 +59,20 @@ struct ApiRequest {
 // A chat in the chat template's terms (OpenAI-shaped messages, tool_calls arguments as objects, tools as
 // {"type": "function", "function": {...}}), rendered and tokenized with the model's template: what the OpenAI
 // and Anthropic parsers share. Sets the output format from the template; special tokens stay in the text when
-// the format has markers. Throws ApiError (400) when the template refuses the chat.
+// the format has markers. `forced_tools` non-empty: the answer must call one of these tools (forced_tool_call
+// in the template's format). Throws ApiError (400) when the template refuses the chat, or has no tool-call
+// syntax to force.
 ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                bool parse_tools, std::optional<bool> enable_thinking,
-                               const GenerationRequest& defaults, const Tokenizer& tokenizer);
+                               const GenerationRequest& defaults, const Tokenizer& tokenizer,
+                               const std::vector<std::string>& forced_tools = {});
 
 // POST /v1/chat/completions: "messages" (role system, developer — taken as system —, user, assistant with
 // optional "tool_calls" and "reasoning_content", tool with "tool_call_id"; content a string, null or an array
-// of {"type": "text", "text"} parts), "tools" (function tools) and "tool_choice" ("auto", "none"; forcing a
-// call is refused: it needs constrained decoding), "chat_template_kwargs.enable_thinking", rendered by the
+// of {"type": "text", "text"} parts), "tools" (function tools) and "tool_choice" ("auto", "none", "required"
+// or
+// {"type": "function", "function": {"name"}}: a forced call, render_chat_request), "chat_template_kwargs.
+// enable_thinking", rendered by the
 // model's chat template, then the request fields (request_fields.h) over `defaults`, "stream" and
 // "stream_options". Throws ApiError (400, invalid_request_error) naming the field for anything malformed.
 ApiRequest parse_chat_request(const nlohmann::ordered_json& body, const GenerationRequest& defaults,

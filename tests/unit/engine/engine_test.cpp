@@ -628,5 +628,70 @@ TEST(EngineText, JsonObjectOutputIsOneJsonObject) {
   EXPECT_EQ(run({json})[0][0].text, run({json, plain})[0][0].text);
 }
 
+// A forced tool call: the text opens with one of the forced prefixes, written as the tokenizer encodes them
+// (Gemma 4's call opening, its special token first; free after it), or opens with one, then holds one JSON
+// object of arguments and the appended close (the Qwen 3 shape). A plain neighbour is unchanged.
+TEST(EngineText, ForcedToolCallsOpenWithTheirPrefix) {
+  auto model = test::load_model(test::source_path("models/demo"));
+  const Tokenizer tokenizer = Tokenizer::load(test::source_path("models/demo"));
+  GenerationRequest gemma;
+  gemma.prompt = tokenizer.encode("What is the weather in Paris?", true);
+  gemma.max_tokens = 12;
+  gemma.keep_special_tokens = true;
+  gemma.forced_prefixes = {"<|tool_call>call:get_weather{", "<|tool_call>call:get_time{"};
+  gemma.sampling.temperature = 0;
+  GenerationRequest qwen = gemma;
+  qwen.max_tokens = 160;
+  qwen.n = 3;
+  qwen.sampling.temperature = 0.8f;
+  qwen.sampling.seed = 11;
+  const std::vector<std::string> opens = {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ",
+                                          "<tool_call>\n{\"name\": \"lookup\", \"arguments\": "};
+  qwen.forced_prefixes = opens;
+  qwen.forced_json = true;
+  qwen.forced_suffix = "}\n</tool_call>";
+  GenerationRequest plain;
+  plain.prompt = tokenizer.encode("Once upon a time", true);
+  plain.max_tokens = 16;
+  plain.sampling.temperature = 0;
+  auto run = [&](std::vector<GenerationRequest> requests) {
+    Engine engine(*model, &tokenizer);
+    std::vector<std::vector<Outcome>> out(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      out[i].resize(static_cast<size_t>(requests[i].n));
+      engine.submit(requests[i], [&out, i](const RequestEvent& e) {
+        Outcome& o = out[i][static_cast<size_t>(e.choice)];
+        o.tokens.insert(o.tokens.end(), e.tokens.begin(), e.tokens.end());
+        o.text += e.text;
+        if (e.finish) o.finish = e.finish, o.error = e.error;
+      });
+    }
+    engine.run_until_idle();
+    return out;
+  };
+  const auto together = run({gemma, qwen, plain});
+  const std::string& g = together[0][0].text;
+  EXPECT_TRUE(g.rfind(gemma.forced_prefixes[0], 0) == 0 || g.rfind(gemma.forced_prefixes[1], 0) == 0) << g;
+  EXPECT_EQ(together[0][0].tokens[0], tokenizer.token_to_id("<|tool_call>")) << "the special token itself";
+  int closed = 0;
+  for (const Outcome& o : together[1]) {
+    ASSERT_TRUE(o.finish == FinishReason::kStop || o.finish == FinishReason::kLength) << o.error;
+    const auto open = std::find_if(opens.begin(), opens.end(),
+                                   [&](const std::string& p) { return o.text.rfind(p, 0) == 0; });
+    ASSERT_NE(open, opens.end()) << o.text;
+    if (o.finish != FinishReason::kStop) continue;
+    ++closed;
+    ASSERT_GT(o.text.size(), open->size() + qwen.forced_suffix.size());
+    EXPECT_EQ(o.text.substr(o.text.size() - qwen.forced_suffix.size()), qwen.forced_suffix);
+    // The whole call is one JSON object after the tag.
+    const std::string body = o.text.substr(11, o.text.size() - 11 - 12);
+    const auto call = nlohmann::json::parse(body, nullptr, false);
+    ASSERT_TRUE(call.is_object()) << body;
+    EXPECT_TRUE(call["arguments"].is_object()) << body;
+  }
+  EXPECT_GT(closed, 0) << "no forced call closed its arguments within 160 tokens";
+  EXPECT_EQ(together[2][0].tokens, run({plain})[0][0].tokens) << "a constrained neighbour changes nothing";
+}
+
 }  // namespace
 }  // namespace lmx
