@@ -575,6 +575,25 @@ TEST(EngineText, StopStringsCutTheDecodedText) {
             std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.begin() + stopped.tokens.size()));
 }
 
+// Runs `requests` together on a fresh engine over `model` with `tokenizer`: each choice's tokens, text and
+// finish.
+std::vector<std::vector<Outcome>> run_with_text(LanguageModel& model, const Tokenizer& tokenizer,
+                                                const std::vector<GenerationRequest>& requests) {
+  Engine engine(model, &tokenizer);
+  std::vector<std::vector<Outcome>> out(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    out[i].resize(static_cast<size_t>(requests[i].n));
+    engine.submit(requests[i], [&out, i](const RequestEvent& e) {
+      Outcome& o = out[i][static_cast<size_t>(e.choice)];
+      o.tokens.insert(o.tokens.end(), e.tokens.begin(), e.tokens.end());
+      o.text += e.text;
+      if (e.finish) o.finish = e.finish, o.error = e.error;
+    });
+  }
+  engine.run_until_idle();
+  return out;
+}
+
 // JSON output on the demo model (not trained on JSON): greedy and sampled choices are each one JSON object —
 // complete and parseable when the choice stopped, an accepted prefix when max_tokens cut it — beside an
 // unconstrained request in the same steps, whose tokens are its solo ones.
@@ -593,19 +612,7 @@ TEST(EngineText, JsonObjectOutputIsOneJsonObject) {
   plain.max_tokens = 24;
   plain.sampling.temperature = 0;
   auto run = [&](std::vector<GenerationRequest> requests) {
-    Engine engine(*model, &tokenizer);
-    std::vector<std::vector<Outcome>> out(requests.size());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      out[i].resize(static_cast<size_t>(requests[i].n));
-      engine.submit(requests[i], [&out, i](const RequestEvent& e) {
-        Outcome& o = out[i][static_cast<size_t>(e.choice)];
-        o.tokens.insert(o.tokens.end(), e.tokens.begin(), e.tokens.end());
-        o.text += e.text;
-        if (e.finish) o.finish = e.finish, o.error = e.error;
-      });
-    }
-    engine.run_until_idle();
-    return out;
+    return run_with_text(*model, tokenizer, requests);
   };
   const auto together = run({json, plain});
   int closed = 0;
@@ -655,19 +662,7 @@ TEST(EngineText, ForcedToolCallsOpenWithTheirPrefix) {
   plain.max_tokens = 16;
   plain.sampling.temperature = 0;
   auto run = [&](std::vector<GenerationRequest> requests) {
-    Engine engine(*model, &tokenizer);
-    std::vector<std::vector<Outcome>> out(requests.size());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      out[i].resize(static_cast<size_t>(requests[i].n));
-      engine.submit(requests[i], [&out, i](const RequestEvent& e) {
-        Outcome& o = out[i][static_cast<size_t>(e.choice)];
-        o.tokens.insert(o.tokens.end(), e.tokens.begin(), e.tokens.end());
-        o.text += e.text;
-        if (e.finish) o.finish = e.finish, o.error = e.error;
-      });
-    }
-    engine.run_until_idle();
-    return out;
+    return run_with_text(*model, tokenizer, requests);
   };
   const auto together = run({gemma, qwen, plain});
   const std::string& g = together[0][0].text;
