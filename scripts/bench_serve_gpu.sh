@@ -6,7 +6,8 @@
 # with a bundle of lmx and bench_serve_bench (scripts/device_bundle.sh lmx bench_serve_bench).
 # Usage: scripts/bench_serve_gpu.sh [--presets "gemma4-e4b gemma4-26b-a4b"] [--rates 4,16,64,inf]
 #          [--requests 128] [--output-tokens 128] [--prompt-words 200] [--shared-words 400]
-#          [--dir /dev/shm/lmx-serve] [--port 18190] [-- extra lmx serve flags]
+#          [--dir /dev/shm/lmx-serve] [--port 18190] [--device cuda] [--layers N] [-- extra lmx serve flags]
+# (--device cpu --layers 2 with a small workload smoke-tests the script without a GPU.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 presets="gemma4-e4b gemma4-26b-a4b"
@@ -17,6 +18,8 @@ prompt_words=200
 shared_words=400
 dir=/dev/shm/lmx-serve
 port=18190
+device=cuda
+layers=()
 serve_flags=()
 while (($#)); do
   case "$1" in
@@ -28,6 +31,8 @@ while (($#)); do
     --shared-words) shared_words="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     --port) port="$2"; shift 2 ;;
+    --device) device="$2"; shift 2 ;;
+    --layers) layers=(--layers "$2"); shift 2 ;;
     --) shift; serve_flags=("$@"); break ;;
     *) echo "bench_serve_gpu: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -38,9 +43,10 @@ mkdir -p "$dir"
 for preset in $presets; do
   model="$dir/$preset-q4"
   start=$SECONDS
-  "$lmx" synth --preset "$preset" --out "$model" --seed 1 --quantize 4:64 --tokenizer models/demo --force >/dev/null
+  "$lmx" synth --preset "$preset" "${layers[@]}" --out "$model" --seed 1 --quantize 4:64 --tokenizer models/demo \
+    --force >/dev/null
   echo "bench_serve_gpu: synth $preset took $((SECONDS - start)) s" >&2
-  "$lmx" serve --model "$model" --device cuda --port "$port" --max-concurrent 1024 "${serve_flags[@]}" \
+  "$lmx" serve --model "$model" --device "$device" --port "$port" --max-concurrent 1024 "${serve_flags[@]}" \
     >"$dir/$preset.log" 2>&1 &
   server=$!
   echo "### $preset"
