@@ -247,6 +247,29 @@ TEST(MessagesApi, ForcedToolCallsAnswerWithACall) {
   const nlohmann::json& call = named["choices"][0]["message"]["tool_calls"][0]["function"];
   EXPECT_EQ(call["name"], "get_time");
   EXPECT_TRUE(nlohmann::json::parse(call["arguments"].get<std::string>()).is_object()) << call.dump();
+  // Streamed: the same call as tool_calls deltas.
+  nlohmann::json streamed = chat;
+  streamed["stream"] = true;
+  auto r = c.Post("/v1/chat/completions", streamed.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  bool done = false;
+  std::string name, arguments, finish;
+  for (const auto& e : sse_events(r->body, &done)) {
+    if (e["choices"].empty()) continue;
+    const auto& choice = e["choices"][0];
+    if (choice.contains("finish_reason") && choice["finish_reason"].is_string())
+      finish = choice["finish_reason"];
+    if (!choice["delta"].contains("tool_calls")) continue;
+    for (const auto& t : choice["delta"]["tool_calls"]) {
+      if (t["function"].contains("name")) name += t["function"]["name"].get<std::string>();
+      if (t["function"].contains("arguments")) arguments += t["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(name, "get_time");
+  EXPECT_EQ(arguments, call["arguments"].get<std::string>());
+  EXPECT_EQ(finish, "tool_calls");
 
   const nlohmann::json anthropic = {{"model", "demo"},
                                     {"max_tokens", 400},
