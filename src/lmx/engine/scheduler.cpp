@@ -89,10 +89,17 @@ int Scheduler::choose_phase() {
 }
 
 StepPlan Scheduler::schedule() {
-  StepPlan plan;
   // Under a KV quantization start a step's rows share one side of it: while sequences on both sides run,
-  // steps alternate between them; otherwise the first row placed decides.
-  int phase = choose_phase();
+  // steps alternate between them (and when the side whose turn it is can run nothing — its only candidate
+  // does not fit the pool — the other side runs); otherwise the first row placed decides.
+  const int turn = choose_phase();
+  StepPlan plan;
+  plan_step(plan, turn);
+  if (plan.rows.empty() && turn >= 0) plan_step(plan, 1 - turn);
+  return plan;
+}
+
+void Scheduler::plan_step(StepPlan& plan, int phase) {
   auto fits_phase = [&](const ScheduledSequence* s) {
     return phase < 0 || cache_.step_phase(*s->kv) == phase;
   };
@@ -144,7 +151,6 @@ StepPlan Scheduler::schedule() {
     place(row);
   }
   if (phase >= 0) last_phase_ = phase;
-  return plan;
 }
 
 }  // namespace lmx

@@ -88,6 +88,8 @@ class Scheduler {
   void give_kv(ScheduledSequence* sequence);
   // The KV side (KvCache::step_phase) this step runs when sequences on both sides wait to, else -1.
   int choose_phase();
+  // Adds to `plan` the rows of one step restricted to KV side `phase` (-1: whichever the first row has).
+  void plan_step(StepPlan& plan, int phase);
   void preempt(ScheduledSequence* sequence, StepPlan& plan);
 
   KvCache& cache_;

@@ -206,5 +206,66 @@ TEST_F(SchedulerTest, RefusesBadOptions) {
                InvalidArgument);
 }
 
+// Under a KV quantization start: chunks end at the start, a sequence at it converts with its next row, and
+// while sequences on both sides have work the steps alternate between the sides.
+TEST_F(SchedulerTest, QuantStartChunksEndThereAndSidesAlternate) {
+  const std::vector<KvLayerGeometry> layers = {{1, 32, 0, -1}};
+  KvCacheOptions options;
+  options.codec = KvCodec::affine(8, 32);
+  options.block_tokens = 4;
+  options.budget_bytes = 1 << 20;
+  options.quant_start = 6;
+  cache_ = std::make_unique<KvCache>(layers, options, host_kv_memory());
+  Scheduler scheduler(*cache_, {.step_tokens = 64, .prefill_chunk_tokens = 4, .max_rows = 8});
+  using Spans = std::vector<std::pair<int64_t, int64_t>>;
+  ScheduledSequence* a = add(scheduler, 10);
+  StepPlan p = scheduler.schedule();
+  EXPECT_EQ(spans(p), (Spans{{0, 4}}));
+  run(p);
+  p = scheduler.schedule();
+  EXPECT_EQ(spans(p), (Spans{{4, 2}}));  // the chunk ends at the start
+  run(p);
+  EXPECT_TRUE(a->kv->before_quant_start());
+  ScheduledSequence* b = add(scheduler, 3);
+  // a (at the start: the converted side) and b (before it) alternate.
+  std::vector<ScheduledSequence*> ran;
+  for (int step = 0; step < 4; ++step) {
+    p = scheduler.schedule();
+    ASSERT_EQ(p.rows.size(), 1u) << "step " << step;
+    ran.push_back(p.rows[0].sequence);
+    run(p);
+  }
+  EXPECT_FALSE(a->kv->before_quant_start());
+  EXPECT_NE(ran[0], ran[1]);
+  EXPECT_EQ(ran[0], ran[2]);
+  EXPECT_EQ(ran[1], ran[3]);
+  EXPECT_TRUE(ran[0] == a || ran[0] == b);
+}
+
+// When the side whose turn it is can run nothing (its only sequence does not fit the pool), the other side
+// runs: the step is never empty while something could run.
+TEST_F(SchedulerTest, QuantStartTheOtherSideRunsWhenItsTurnCannot) {
+  const std::vector<KvLayerGeometry> layers = {{1, 32, 0, -1}};
+  KvCacheOptions options;
+  options.codec = KvCodec::affine(8, 32);
+  options.block_tokens = 4;
+  options.budget_bytes = 1164;  // a's 3 converted blocks (864 bytes) and not b's first bf16 block (512)
+  options.prefix_cache_bytes = 0;
+  options.quant_start = 4;
+  cache_ = std::make_unique<KvCache>(layers, options, host_kv_memory());
+  Scheduler scheduler(*cache_, {.step_tokens = 64, .prefill_chunk_tokens = 4, .max_rows = 8});
+  ScheduledSequence* a = add(scheduler, 10);
+  while (a->computed() < 10) run(scheduler.schedule());
+  EXPECT_FALSE(a->kv->before_quant_start());
+  ScheduledSequence* b = add(scheduler, 4);
+  for (int step = 0; step < 3; ++step) {
+    const StepPlan p = scheduler.schedule();
+    ASSERT_EQ(p.rows.size(), 1u) << "step " << step;
+    EXPECT_EQ(p.rows[0].sequence, a) << "step " << step;
+    run(p);
+  }
+  EXPECT_EQ(scheduler.waiting().front(), b);
+}
+
 }  // namespace
 }  // namespace lmx
