@@ -5,6 +5,7 @@
 #include "lmx/core/thread_pool.h"
 #include "lmx/engine/forced_tokens.h"
 #include "lmx/engine/json_constraint.h"
+#include "lmx/engine/json_schema_constraint.h"
 #include "lmx/engine/text_output.h"
 
 #include <algorithm>
@@ -52,8 +53,17 @@ struct Engine::Choice : ScheduledSequence {
   int index;
   Sampler sampler;
   TextOutput text;
-  std::optional<JsonObjectConstraint> json;  // json_object, or forced_json once the prefix is written
-  std::optional<ForcedTokens> forced;        // forced_prefixes, until one is written
+  // The JSON it must write: any object (json_object; forced_json once the prefix is written) or one the
+  // request's schema accepts (json_schema).
+  struct JsonOutput {
+    std::optional<JsonObjectConstraint> any;
+    std::optional<JsonSchemaConstraint> schema;
+    bool allows(std::string_view t) const { return schema ? schema->allows(t) : any->allows(t); }
+    bool accept(std::string_view t) { return schema ? schema->accept(t) : any->accept(t); }
+    bool complete() const { return schema ? schema->complete() : any->complete(); }
+  };
+  std::optional<JsonOutput> json;
+  std::optional<ForcedTokens> forced;  // forced_prefixes, until one is written
   // Whether its next token is constrained (sampled on the host against the masks).
   bool constrained() const { return json.has_value() || (forced && !forced->complete()); }
   int64_t generated = 0;
@@ -108,7 +118,11 @@ void Engine::validate(const GenerationRequest& r) const {
               "request: JSON output needs a tokenizer (the model directory has no tokenizer.json)");
   LMX_REQUIRE(InvalidArgument, r.forced_prefixes.empty() || tokenizer_ != nullptr,
               "request: a forced tool call needs a tokenizer (the model directory has no tokenizer.json)");
-  LMX_REQUIRE(InvalidArgument, r.forced_prefixes.empty() || !r.json_object,
+  LMX_REQUIRE(InvalidArgument, !r.json_schema || tokenizer_ != nullptr,
+              "request: JSON output needs a tokenizer (the model directory has no tokenizer.json)");
+  LMX_REQUIRE(InvalidArgument, !(r.json_schema && r.json_object),
+              "request: json_object and json_schema exclude each other");
+  LMX_REQUIRE(InvalidArgument, r.forced_prefixes.empty() || (!r.json_object && !r.json_schema),
               "request: a forced tool call and JSON output exclude each other");
   LMX_REQUIRE(InvalidArgument, !r.forced_json || !r.forced_prefixes.empty(),
               "request: forced JSON needs forced prefixes");
@@ -164,7 +178,7 @@ void Engine::admit(Incoming in) {
   // A forced prefix is written as the tokenizer encodes it: special tokens as themselves.
   for (const std::string& prefix : r.spec.forced_prefixes)
     r.forced_tokens.push_back(tokenizer_->encode(prefix, /*add_special_tokens=*/false));
-  if ((r.spec.json_object || r.spec.forced_json) && token_texts_.empty()) {
+  if ((r.spec.json_object || r.spec.json_schema || r.spec.forced_json) && token_texts_.empty()) {
     // Each token's text alone, once: what constrained decoding checks against the JSON automaton. Special
     // tokens are never part of the JSON.
     token_texts_.resize(static_cast<size_t>(model_.description().vocab_size));
@@ -177,7 +191,8 @@ void Engine::admit(Incoming in) {
   }
   for (int i = 0; i < r.spec.n; ++i) {
     auto c = std::make_unique<Choice>(r, i, tokenizer_);
-    if (r.spec.json_object) c->json.emplace();
+    if (r.spec.json_object) c->json.emplace().any.emplace();
+    if (r.spec.json_schema) c->json.emplace().schema.emplace(r.spec.json_schema);
     if (!r.forced_tokens.empty()) c->forced.emplace(r.forced_tokens);
     c->order = next_order_++;
     c->tokens = r.spec.prompt;
@@ -332,7 +347,7 @@ std::optional<FinishReason> Engine::apply(const Pick& p, RequestEvent& event) {
   event.text += c.text.feed(token);
   if (c.forced && !c.forced->complete()) {
     c.forced->accept(token);
-    if (c.forced->complete() && spec.forced_json) c.json.emplace();
+    if (c.forced->complete() && spec.forced_json) c.json.emplace().any.emplace();
   } else if (c.json) {
     c.json->accept(token_texts_.at(static_cast<size_t>(token)));
     if (c.json->complete()) {

@@ -14,6 +14,8 @@
 
 namespace lmx {
 
+class JsonSchema;
+
 // A conversation's KV kept between requests (lmx chat's turns): the tokens whose KV `sequence` holds.
 // A request naming it reuses the longest common prefix with its prompt and leaves the conversation
 // holding the prompt and every generated token but the last. One request at a time may use it; the
@@ -44,6 +46,9 @@ struct GenerationRequest {
   // every token that no JSON object could continue with is masked — and the choice ends (kStop) when it
   // closes. Needs a tokenizer; sampling for such a step runs on the host.
   bool json_object = false;
+  // Constrained decoding to JSON this schema accepts (OpenAI's response_format json_schema; compiled by
+  // JsonSchema::compile): like json_object, with keys, required properties and value types from the schema.
+  std::shared_ptr<const JsonSchema> json_schema;
   // Forced output (a forced tool call: OpenAI's tool_choice "required" or a named function, Anthropic's "any"
   // or "tool"): each choice begins with the tokens of one of `forced_prefixes` as the tokenizer encodes them
   // (special tokens as themselves) — every other token is masked. Then, with `forced_json`, one JSON object

@@ -1,6 +1,8 @@
 // OpenAI request parsing and response bodies (openai_api.h).
 #include "lmx/server/openai_api.h"
 
+#include "lmx/engine/json_schema_constraint.h"
+
 #include "lmx/core/error.h"
 #include "lmx/server/request_fields.h"
 #include "lmx/server/sse.h"
@@ -53,8 +55,14 @@ void apply_common(const nlohmann::ordered_json& body, ApiRequest& r) {
     if (f["type"] == "json_object") {
       r.generation.json_object = true;
     } else if (f["type"] == "json_schema") {
-      bad_request("response_format \"json_schema\" is not supported yet (\"json_object\" is)",
-                  "response_format");
+      if (!f.contains("json_schema") || !f["json_schema"].is_object() || !f["json_schema"].contains("schema"))
+        bad_request("response_format json_schema needs \"json_schema\": {\"name\", \"schema\"}",
+                    "response_format");
+      try {
+        r.generation.json_schema = JsonSchema::compile(f["json_schema"]["schema"]);
+      } catch (const InvalidArgument& e) {
+        bad_request(std::string("response_format.json_schema.") + e.what(), "response_format");
+      }
     } else if (f["type"] != "text") {
       bad_request("\"response_format.type\" must be text, json_object or json_schema", "response_format");
     }

@@ -7,6 +7,7 @@
 #include "lmx/core/error.h"
 #include "lmx/engine/greedy.h"
 #include "lmx/engine/json_constraint.h"
+#include "lmx/engine/json_schema_constraint.h"
 #include "support/test_support.h"
 #include "support/tiny_models.h"
 
@@ -440,6 +441,12 @@ TEST_F(EngineTest, RefusesBadRequestsWithTheField) {
   r.n = 2;
   r.conversation = std::make_shared<Conversation>();
   expect_refused(r, "conversation");
+  r = good;
+  r.forced_prefixes = {"<|tool_call>"};
+  expect_refused(r, "forced tool call needs a tokenizer");
+  r = good;
+  r.json_schema = JsonSchema::compile(nlohmann::json{{"type", "object"}});
+  expect_refused(r, "JSON output needs a tokenizer");
   r = good;
   r.max_tokens = 1 << 30;
   expect_refused(r, "context length");

@@ -270,6 +270,52 @@ TEST(HttpServer, ResponseFormatJsonObject) {
   EXPECT_EQ(refused["error"]["param"], "response_format");
 }
 
+// response_format json_schema: the answer is JSON the schema accepts (constrained decoding: only its
+// properties, each once, required ones before the close, values of their types); a schema outside the
+// supported subset is a 400 naming the keyword.
+TEST(HttpServer, ResponseFormatJsonSchema) {
+  Served s;
+  auto c = s.client();
+  const nlohmann::json schema = {{"type", "object"},
+                                 {"properties",
+                                  {{"name", {{"type", "string"}}},
+                                   {"legs", {{"type", "integer"}}},
+                                   {"color", {{"enum", {"black", "white", "orange"}}}},
+                                   {"toys", {{"type", "array"}, {"items", {{"type", "string"}}}}}}},
+                                 {"required", {"name", "legs", "color"}},
+                                 {"additionalProperties", false}};
+  nlohmann::json body = chat_body("Describe a cat as JSON.", 200);
+  body["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "cat"}, {"schema", schema}, {"strict", true}}}};
+  body["n"] = 3;
+  body["temperature"] = 0.8;
+  body["seed"] = 3;
+  int status = 0;
+  const nlohmann::json whole = post_json(c, "/v1/chat/completions", body, &status);
+  ASSERT_EQ(status, 200) << whole.dump();
+  int closed = 0;
+  for (const auto& choice : whole["choices"]) {
+    if (choice["finish_reason"] != "stop") continue;
+    ++closed;
+    const std::string text = choice["message"]["content"];
+    const auto cat = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_TRUE(cat.is_object()) << text;
+    EXPECT_TRUE(cat["name"].is_string()) << text;
+    EXPECT_TRUE(cat["legs"].is_number_integer()) << text;
+    EXPECT_TRUE(cat["color"] == "black" || cat["color"] == "white" || cat["color"] == "orange") << text;
+    for (const auto& [key, value] : cat.items())
+      EXPECT_TRUE(key == "name" || key == "legs" || key == "color" || (key == "toys" && value.is_array()))
+          << text;
+  }
+  EXPECT_GT(closed, 0) << whole.dump();
+  body["response_format"]["json_schema"]["schema"]["properties"]["name"]["pattern"] = "^[A-Z]";
+  const nlohmann::json refused = post_json(c, "/v1/chat/completions", body, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(refused["error"]["message"].get<std::string>().find("\"pattern\" is not supported"),
+            std::string::npos)
+      << refused.dump();
+}
+
 // 100 streams at once (beyond the default 64 in flight: the limit raised): every one ends with its finish
 // chunk and [DONE], and the server answers afterwards.
 TEST(HttpServer, HundredConcurrentStreamsComplete) {

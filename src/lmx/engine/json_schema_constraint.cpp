@@ -1,0 +1,357 @@
+// The JSON-schema automaton (json_schema_constraint.h).
+#include "lmx/engine/json_schema_constraint.h"
+
+#include "lmx/core/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace lmx {
+namespace {
+
+bool is_space(uint8_t b) {
+  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
+}
+bool is_digit(uint8_t b) {
+  return b >= '0' && b <= '9';
+}
+bool is_hex(uint8_t b) {
+  return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
+
+constexpr const char* kTypeNames[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+
+// Object states.
+constexpr uint8_t kObjFirst = 0, kObjColon = 1, kObjAfterValue = 2, kObjNextKey = 3;
+// Array states.
+constexpr uint8_t kArrFirst = 0, kArrAfterValue = 1;
+// String states: 0 in text, 1 after a backslash, 2.. 5: \u hex digits left + 1.
+// Number states.
+constexpr uint8_t kNumSign = 0, kNumZero = 1, kNumInt = 2, kNumDot = 3, kNumFrac = 4, kNumExp = 5,
+                  kNumExpSign = 6, kNumExpDigits = 7;
+
+bool number_can_end(uint8_t state) {
+  return state == kNumZero || state == kNumInt || state == kNumFrac || state == kNumExpDigits;
+}
+
+// The literals a node's value may be, when it is one of a fixed set: its enum/const, else true/false/null as
+// its types allow (strings and numbers are not literals).
+std::vector<std::string> literal_candidates(const JsonSchema::Node& n) {
+  if (!n.literals.empty()) return n.literals;
+  std::vector<std::string> out;
+  if (n.types & JsonSchema::kBoolean) out = {"true", "false"};
+  if (n.types & JsonSchema::kNull) out.push_back("null");
+  return out;
+}
+
+bool fits_some(const std::vector<std::string>& candidates, const std::string& text, bool* whole) {
+  bool fits = false;
+  *whole = false;
+  for (const std::string& c : candidates)
+    if (c.compare(0, text.size(), text) == 0 && c.size() >= text.size()) {
+      fits = true;
+      if (c.size() == text.size()) *whole = true;
+    }
+  return fits;
+}
+
+}  // namespace
+
+std::shared_ptr<const JsonSchema> JsonSchema::compile(const nlohmann::json& schema) {
+  auto out = std::make_shared<JsonSchema>();
+  out->add(schema, "schema");
+  LMX_REQUIRE(InvalidArgument, out->nodes_[0].types == kObject && out->nodes_[0].literals.empty(),
+              "schema: the root must be {{\"type\": \"object\", ...}}");
+  return out;
+}
+
+int JsonSchema::add(const nlohmann::json& s, const std::string& at) {
+  LMX_REQUIRE(InvalidArgument, s.is_object(), "{} must be a JSON schema object", at);
+  static const char* const kIgnored[] = {"description",          "title",  "default",  "$schema",
+                                         "additionalProperties", "strict", "examples", "$comment"};
+  for (const auto& [key, value] : s.items()) {
+    const bool known = key == "type" || key == "properties" || key == "required" || key == "items" ||
+                       key == "enum" || key == "const" ||
+                       std::find(std::begin(kIgnored), std::end(kIgnored), key) != std::end(kIgnored);
+    LMX_REQUIRE(InvalidArgument, known, "{}: the keyword \"{}\" is not supported by constrained decoding", at,
+                key);
+  }
+  const int index = static_cast<int>(nodes_.size());
+  nodes_.emplace_back();
+  Node n;
+  if (s.contains("type")) {
+    const nlohmann::json& t = s["type"];
+    std::vector<std::string> names;
+    if (t.is_string())
+      names.push_back(t.get<std::string>());
+    else if (t.is_array())
+      for (const auto& e : t) {
+        LMX_REQUIRE(InvalidArgument, e.is_string(), "{}.type: a list of type names", at);
+        names.push_back(e.get<std::string>());
+      }
+    LMX_REQUIRE(InvalidArgument, !names.empty(), "{}.type must be a type name or a list of them", at);
+    for (const std::string& name : names) {
+      const auto* found = std::find(std::begin(kTypeNames), std::end(kTypeNames), name);
+      LMX_REQUIRE(InvalidArgument, found != std::end(kTypeNames), "{}.type: unknown type \"{}\"", at, name);
+      n.types |= static_cast<uint8_t>(1u << (found - std::begin(kTypeNames)));
+    }
+  }
+  auto literal = [&](const nlohmann::json& v, const std::string& where) {
+    LMX_REQUIRE(InvalidArgument, v.is_string() || v.is_boolean() || v.is_null(),
+                "{}: only strings, booleans and null are supported as enum or const values", where);
+    n.literals.push_back(v.dump());
+  };
+  if (s.contains("enum")) {
+    LMX_REQUIRE(InvalidArgument, s["enum"].is_array() && !s["enum"].empty(),
+                "{}.enum must be a non-empty array", at);
+    for (const auto& v : s["enum"]) literal(v, at + ".enum");
+  }
+  if (s.contains("const")) literal(s["const"], at + ".const");
+  LMX_REQUIRE(InvalidArgument, n.types != 0 || !n.literals.empty(),
+              "{} needs a \"type\" (or an enum or const)", at);
+  if (n.types & kObject) {
+    if (s.contains("properties")) {
+      LMX_REQUIRE(InvalidArgument, s["properties"].is_object(), "{}.properties must be an object", at);
+      LMX_REQUIRE(InvalidArgument, s["properties"].size() <= 64, "{}: more than 64 properties", at);
+      for (const auto& [name, sub] : s["properties"].items()) {
+        for (char c : name)
+          LMX_REQUIRE(InvalidArgument, c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20,
+                      "{}: property name \"{}\" needs escaping, which constrained decoding does not write",
+                      at, name);
+        n.property_names.push_back(name);
+        n.property_nodes.push_back(add(sub, at + ".properties." + name));
+      }
+    }
+    if (s.contains("required")) {
+      LMX_REQUIRE(InvalidArgument, s["required"].is_array(), "{}.required must be an array", at);
+      for (const auto& r : s["required"]) {
+        LMX_REQUIRE(InvalidArgument, r.is_string(), "{}.required: property names", at);
+        const auto it = std::find(n.property_names.begin(), n.property_names.end(), r.get<std::string>());
+        LMX_REQUIRE(InvalidArgument, it != n.property_names.end(),
+                    "{}.required names \"{}\", which is not a property", at, r.get<std::string>());
+        n.required |= uint64_t{1} << (it - n.property_names.begin());
+      }
+    }
+  }
+  if (n.types & kArray) {
+    LMX_REQUIRE(InvalidArgument, s.contains("items"), "{}: an array needs \"items\"", at);
+    n.items = add(s["items"], at + ".items");
+  }
+  nodes_[static_cast<size_t>(index)] = std::move(n);
+  return index;
+}
+
+JsonSchemaConstraint::JsonSchemaConstraint(std::shared_ptr<const JsonSchema> schema)
+    : schema_(std::move(schema)) {
+  LMX_REQUIRE(InvalidArgument, schema_ != nullptr, "a JSON schema constraint needs a schema");
+  stack_.push_back(make(Kind::kValue, 0));
+}
+
+bool JsonSchemaConstraint::allows(std::string_view text) const {
+  JsonSchemaConstraint copy = *this;
+  return copy.accept(text);
+}
+
+bool JsonSchemaConstraint::accept(std::string_view text) {
+  const JsonSchemaConstraint saved = *this;
+  for (char c : text)
+    if (!step(static_cast<uint8_t>(c))) {
+      *this = saved;
+      return false;
+    }
+  return true;
+}
+
+bool JsonSchemaConstraint::whitespace() {
+  return ++whitespace_run_ <= kMaxWhitespace;
+}
+
+bool JsonSchemaConstraint::value_done() {
+  stack_.pop_back();
+  if (stack_.empty()) {
+    done_ = true;
+    return true;
+  }
+  Frame& parent = stack_.back();
+  if (parent.kind == Kind::kArray) parent.state = kArrAfterValue;
+  return true;  // an object parent already waits in kObjAfterValue
+}
+
+bool JsonSchemaConstraint::start_value(Frame& f, uint8_t b) {
+  const JsonSchema::Node& n = schema_->node(f.node);
+  const std::vector<std::string> literals = literal_candidates(n);
+  if (!n.literals.empty() || b == 't' || b == 'f' || b == 'n') {
+    const std::string first(1, static_cast<char>(b));
+    bool whole = false;
+    if (!fits_some(literals, first, &whole)) return false;
+    f.kind = Kind::kLiteral;
+    f.text = first;
+    return true;
+  }
+  if (b == '{' && (n.types & JsonSchema::kObject)) {
+    if (stack_.size() >= static_cast<size_t>(kMaxDepth)) return false;
+    f.kind = Kind::kObject;
+    f.state = kObjFirst;
+    f.seen = 0;
+    return true;
+  }
+  if (b == '[' && (n.types & JsonSchema::kArray)) {
+    if (stack_.size() >= static_cast<size_t>(kMaxDepth)) return false;
+    f.kind = Kind::kArray;
+    f.state = kArrFirst;
+    return true;
+  }
+  if (b == '"' && (n.types & JsonSchema::kString)) {
+    f.kind = Kind::kString;
+    f.state = 0;
+    return true;
+  }
+  if ((b == '-' || is_digit(b)) && (n.types & (JsonSchema::kNumber | JsonSchema::kInteger))) {
+    f.kind = Kind::kNumber;
+    f.state = b == '-' ? kNumSign : b == '0' ? kNumZero : kNumInt;
+    return true;
+  }
+  return false;
+}
+
+bool JsonSchemaConstraint::step(uint8_t b) {
+  if (done_) return is_space(b) && whitespace();
+  if (!is_space(b)) whitespace_run_ = 0;
+  Frame& f = stack_.back();
+  const JsonSchema::Node& n = schema_->node(f.node);
+  switch (f.kind) {
+    case Kind::kValue:
+      if (is_space(b)) return whitespace();
+      return start_value(f, b);
+    case Kind::kLiteral: {
+      const std::string text = f.text + static_cast<char>(b);
+      bool whole = false;
+      if (!fits_some(literal_candidates(n), text, &whole)) return false;
+      f.text = text;
+      return whole ? value_done() : true;
+    }
+    case Kind::kString:
+      if (f.state == 0) {
+        if (b == '"') return value_done();
+        if (b == '\\') f.state = 1;
+        return b >= 0x20;
+      }
+      if (f.state == 1) {
+        if (b == 'u') {
+          f.state = 5;
+          return true;
+        }
+        f.state = 0;
+        return b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' || b == 't';
+      }
+      if (!is_hex(b)) return false;
+      f.state = f.state == 2 ? 0 : static_cast<uint8_t>(f.state - 1);
+      return true;
+    case Kind::kNumber: {
+      const bool integer = !(n.types & JsonSchema::kNumber);
+      switch (f.state) {
+        case kNumSign:
+          if (!is_digit(b)) return false;
+          f.state = b == '0' ? kNumZero : kNumInt;
+          return true;
+        case kNumInt:
+          if (is_digit(b)) return true;
+          [[fallthrough]];
+        case kNumZero:
+          if (b == '.' && !integer) return f.state = kNumDot, true;
+          if ((b == 'e' || b == 'E') && !integer) return f.state = kNumExp, true;
+          break;
+        case kNumDot:
+          if (!is_digit(b)) return false;
+          f.state = kNumFrac;
+          return true;
+        case kNumFrac:
+          if (is_digit(b)) return true;
+          if (b == 'e' || b == 'E') return f.state = kNumExp, true;
+          break;
+        case kNumExp:
+          if (b == '+' || b == '-') return f.state = kNumExpSign, true;
+          [[fallthrough]];
+        case kNumExpSign:
+          if (!is_digit(b)) return false;
+          f.state = kNumExpDigits;
+          return true;
+        case kNumExpDigits:
+          if (is_digit(b)) return true;
+          break;
+      }
+      // The byte ends the number; the parent reads it.
+      if (!number_can_end(f.state)) return false;
+      value_done();
+      return step(b);
+    }
+    case Kind::kKey: {
+      const JsonSchema::Node& object = n;  // a key frame carries its object's node and seen set
+      if (b == '"') {
+        for (size_t i = 0; i < object.property_names.size(); ++i)
+          if (!(f.seen >> i & 1) && object.property_names[i] == f.text) {
+            stack_.pop_back();
+            stack_.back().key = static_cast<int>(i);
+            stack_.back().state = kObjColon;
+            return true;
+          }
+        return false;
+      }
+      const std::string text = f.text + static_cast<char>(b);
+      for (size_t i = 0; i < object.property_names.size(); ++i)
+        if (!(f.seen >> i & 1) && object.property_names[i].compare(0, text.size(), text) == 0 &&
+            object.property_names[i].size() >= text.size()) {
+          f.text = text;
+          return true;
+        }
+      return false;
+    }
+    case Kind::kObject: {
+      if (is_space(b)) return whitespace();
+      const uint64_t all =
+          n.property_names.size() == 64 ? ~uint64_t{0} : (uint64_t{1} << n.property_names.size()) - 1;
+      const bool can_close = (n.required & ~f.seen) == 0;
+      const bool keys_left = (f.seen & all) != all;
+      switch (f.state) {
+        case kObjFirst:
+        case kObjNextKey:
+          if (b == '"' && keys_left) {
+            const uint64_t seen = f.seen;
+            const int node = f.node;
+            stack_.push_back(make(Kind::kKey, node, seen));
+            return true;
+          }
+          if (b == '}' && f.state == kObjFirst && can_close) return value_done();
+          return false;
+        case kObjColon:
+          if (b != ':') return false;
+          f.seen |= uint64_t{1} << f.key;
+          f.state = kObjAfterValue;
+          stack_.push_back(make(Kind::kValue, n.property_nodes[static_cast<size_t>(f.key)]));
+          return true;
+        case kObjAfterValue:
+          if (b == ',' && keys_left) return f.state = kObjNextKey, true;
+          if (b == '}' && can_close) return value_done();
+          return false;
+      }
+      return false;
+    }
+    case Kind::kArray: {
+      if (is_space(b)) return whitespace();
+      if (b == ']') return value_done();
+      if (f.state == kArrAfterValue) {
+        if (b != ',') return false;
+        stack_.push_back(make(Kind::kValue, n.items));
+        return true;
+      }
+      // The first item starts with this byte.
+      if (stack_.size() >= static_cast<size_t>(kMaxDepth)) return false;
+      stack_.push_back(make(Kind::kValue, n.items));
+      return step(b);
+    }
+  }
+  return false;
+}
+
+}  // namespace lmx

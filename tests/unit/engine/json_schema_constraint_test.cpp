@@ -1,0 +1,200 @@
+// JsonSchemaConstraint against a reference validator written here: on documents generated from a schema and
+// mutated at random, the automaton accepts a whole document exactly when it parses and the validator accepts
+// it; every prefix of an accepted document is accepted byte by byte; schemas outside the subset are refused.
+#include "lmx/engine/json_schema_constraint.h"
+
+#include "lmx/core/error.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <random>
+
+namespace lmx {
+namespace {
+
+const nlohmann::json kSchema = nlohmann::json::parse(R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string"},
+    "age": {"type": "integer"},
+    "score": {"type": "number"},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "kind": {"enum": ["cat", "dog", null]},
+    "ok": {"type": "boolean"},
+    "note": {"type": ["string", "null"]},
+    "pos": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+            "required": ["x", "y"], "additionalProperties": false}
+  },
+  "required": ["name", "age"],
+  "additionalProperties": false
+})");
+
+// The reference: does `v` satisfy `s` (the subset's meaning)?
+bool valid(const nlohmann::json& v, const nlohmann::json& s) {
+  if (s.contains("enum")) {
+    for (const auto& e : s["enum"])
+      if (e == v) return true;
+    return false;
+  }
+  std::vector<std::string> types;
+  if (s["type"].is_string())
+    types = {s["type"].get<std::string>()};
+  else
+    types = s["type"].get<std::vector<std::string>>();
+  for (const std::string& t : types) {
+    if (t == "string" && v.is_string()) return true;
+    if (t == "integer" && v.is_number_integer()) return true;
+    if (t == "number" && v.is_number()) return true;
+    if (t == "boolean" && v.is_boolean()) return true;
+    if (t == "null" && v.is_null()) return true;
+    if (t == "array" && v.is_array()) {
+      bool all = true;
+      for (const auto& e : v) all = all && valid(e, s["items"]);
+      if (all) return true;
+    }
+    if (t == "object" && v.is_object()) {
+      bool ok = true;
+      for (const auto& [k, e] : v.items())
+        ok = ok && s["properties"].contains(k) && valid(e, s["properties"][k]);
+      if (s.contains("required"))
+        for (const auto& r : s["required"]) ok = ok && v.contains(r.get<std::string>());
+      if (ok) return true;
+    }
+  }
+  return false;
+}
+
+bool accepts_whole(const std::shared_ptr<const JsonSchema>& schema, const std::string& text) {
+  JsonSchemaConstraint c(schema);
+  return c.accept(text) && c.complete();
+}
+
+TEST(JsonSchemaConstraint, AcceptsWhatTheSchemaAcceptsAndRefusesTheRest) {
+  const auto schema = JsonSchema::compile(kSchema);
+  const char* accepted[] = {
+      R"({"name":"Tom","age":3})",
+      R"({ "age": -12 , "name" : "a\"b\\u00e9" })",
+      R"({"name":"x","age":0,"score":-1.5e+3,"tags":["a","b"],"kind":"dog","ok":false,"note":null,"pos":{"x":1,"y":2.5}})",
+      R"({"name":"x","age":1,"tags":[],"kind":null,"note":"n"})",
+  };
+  for (const char* doc : accepted) EXPECT_TRUE(accepts_whole(schema, doc)) << doc;
+  const char* refused[] = {
+      R"({"name":"Tom"})",                        // age required
+      R"({"name":"Tom","age":3.5})",              // not an integer
+      R"({"name":"Tom","age":"3"})",              // not a number
+      R"({"name":"Tom","age":3,"color":"red"})",  // not a property
+      R"({"name":"Tom","age":3,"age":4})",        // twice
+      R"({"name":"Tom","age":3,"kind":"cow"})",   // not in the enum
+      R"({"name":"Tom","age":3,"tags":[1]})",     // items are strings
+      R"({"name":"Tom","age":3,"pos":{"x":1}})",  // y required
+      R"({"name":"Tom","age":3,"ok":null})",      // not null
+      R"({"name":"Tom","age":3,})",               // trailing comma
+      R"([{"name":"Tom","age":3}])",              // the root is an object
+      R"({"name":"Tom","age":03})",               // a leading zero
+  };
+  for (const char* doc : refused) EXPECT_FALSE(accepts_whole(schema, doc)) << doc;
+}
+
+// Random documents: valid ones generated from the schema, then mutated (a byte dropped, replaced or
+// inserted).
+std::string generate(const nlohmann::json& s, std::mt19937& rng) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  if (s.contains("enum"))
+    return s["enum"][static_cast<size_t>(pick(static_cast<int>(s["enum"].size())))].dump();
+  std::vector<std::string> types;
+  if (s["type"].is_string())
+    types = {s["type"].get<std::string>()};
+  else
+    types = s["type"].get<std::vector<std::string>>();
+  const std::string t = types[static_cast<size_t>(pick(static_cast<int>(types.size())))];
+  if (t == "string")
+    return nlohmann::json(std::string(static_cast<size_t>(pick(4)), "ab\"\\"[pick(4)])).dump();
+  if (t == "integer") return std::to_string(pick(2000) - 1000);
+  if (t == "number") return pick(2) ? std::to_string(pick(100)) + "." + std::to_string(pick(100)) : "-2e5";
+  if (t == "boolean") return pick(2) ? "true" : "false";
+  if (t == "null") return "null";
+  if (t == "array") {
+    std::string out = "[";
+    for (int i = 0, n = pick(3); i < n; ++i) out += (i ? "," : "") + generate(s["items"], rng);
+    return out + "]";
+  }
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [k, sub] : s["properties"].items()) {
+    const bool required = s.contains("required") &&
+                          std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end();
+    if (!required && pick(2)) continue;
+    out += (first ? "" : pick(2) ? ", " : ",") + nlohmann::json(k).dump() + ":" + generate(sub, rng);
+    first = false;
+  }
+  return out + "}";
+}
+
+TEST(JsonSchemaConstraint, AgreesWithTheReferenceOnRandomDocuments) {
+  const auto schema = JsonSchema::compile(kSchema);
+  std::mt19937 rng(5);
+  int valid_docs = 0, invalid_docs = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string doc = generate(kSchema, rng);
+    if (i % 2) {
+      const size_t at = rng() % doc.size();
+      const char bytes[] = "{}[],:\" 1a.-ntf";
+      switch (rng() % 3) {
+        case 0:
+          doc.erase(at, 1);
+          break;
+        case 1:
+          doc[at] = bytes[rng() % (sizeof(bytes) - 1)];
+          break;
+        default:
+          doc.insert(at, 1, bytes[rng() % (sizeof(bytes) - 1)]);
+      }
+    }
+    const auto parsed = nlohmann::json::parse(doc, nullptr, false);
+    const bool expected = !parsed.is_discarded() && parsed.is_object() && valid(parsed, kSchema);
+    // A repeated key: nlohmann keeps one, the automaton refuses the document (the generated strings cannot
+    // spell a property name, so a name quoted twice is a key twice).
+    bool duplicate = false;
+    for (const auto& [k, v] : kSchema["properties"].items()) {
+      const std::string quoted = "\"" + k + "\"";
+      const size_t first = doc.find(quoted);
+      duplicate =
+          duplicate || (first != std::string::npos && doc.find(quoted, first + 1) != std::string::npos);
+    }
+    const bool want = expected && !duplicate;
+    EXPECT_EQ(accepts_whole(schema, doc), want) << doc;
+    (want ? valid_docs : invalid_docs)++;
+    if (want) {
+      JsonSchemaConstraint c(schema);
+      for (size_t b = 0; b < doc.size(); ++b) ASSERT_TRUE(c.accept(doc.substr(b, 1))) << doc << " at " << b;
+    }
+  }
+  EXPECT_GT(valid_docs, 5000);
+  EXPECT_GT(invalid_docs, 2000);
+}
+
+TEST(JsonSchemaConstraint, RefusesSchemasOutsideTheSubset) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"type":"object","properties":{"a":{"$ref":"#/x"}}})", "\"$ref\""},
+      {R"({"type":"object","properties":{"a":{"anyOf":[{"type":"string"}]}}})", "\"anyOf\""},
+      {R"({"type":"object","properties":{"a":{"type":"string","pattern":"x"}}})", "\"pattern\""},
+      {R"({"type":"object","properties":{"a":{"enum":[1,2]}}})", "only strings, booleans and null"},
+      {R"({"type":"array","items":{"type":"string"}})", "the root must be"},
+      {R"({"type":"object","required":["b"]})", "not a property"},
+      {R"({"type":"object","properties":{"a":{}}})", "needs a \"type\""},
+      {R"({"type":"object","properties":{"a":{"type":"array"}}})", "needs \"items\""},
+  };
+  for (const auto& [text, expected] : cases) {
+    try {
+      JsonSchema::compile(nlohmann::json::parse(text));
+      ADD_FAILURE() << "compiled: " << text;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lmx
