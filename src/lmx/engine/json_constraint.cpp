@@ -2,31 +2,17 @@
 #include "lmx/engine/json_constraint.h"
 
 namespace lmx {
-namespace {
-bool is_space(uint8_t b) {
-  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
-}
-bool is_digit(uint8_t b) {
-  return b >= '0' && b <= '9';
-}
-bool is_hex(uint8_t b) {
-  return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
-}
-}  // namespace
+using json_bytes::is_digit;
+using json_bytes::is_hex;
+using json_bytes::is_space;
 
 bool JsonObjectConstraint::allows(std::string_view text) const {
   JsonObjectConstraint copy = *this;
-  return copy.accept(text);
+  return json_bytes::accept_all(copy, text);
 }
 
 bool JsonObjectConstraint::accept(std::string_view text) {
-  const JsonObjectConstraint saved = *this;
-  for (char c : text)
-    if (!step(static_cast<uint8_t>(c))) {
-      *this = saved;
-      return false;
-    }
-  return true;
+  return json_bytes::accept_all(*this, text);
 }
 
 bool JsonObjectConstraint::whitespace() {

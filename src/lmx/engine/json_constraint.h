@@ -11,6 +11,31 @@
 
 namespace lmx {
 
+// What the JSON automata share: JSON's byte classes, and feeding a text byte by byte with the automaton's
+// state restored when a byte is refused.
+namespace json_bytes {
+inline bool is_space(uint8_t b) {
+  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
+}
+inline bool is_digit(uint8_t b) {
+  return b >= '0' && b <= '9';
+}
+inline bool is_hex(uint8_t b) {
+  return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
+// `automaton.step(byte)` over `text`; false, with the automaton as it was, when a byte is refused.
+template <class Automaton>
+bool accept_all(Automaton& automaton, std::string_view text) {
+  const Automaton saved = automaton;
+  for (char c : text)
+    if (!automaton.step(static_cast<uint8_t>(c))) {
+      automaton = saved;
+      return false;
+    }
+  return true;
+}
+}  // namespace json_bytes
+
 class JsonObjectConstraint {
  public:
   // Containers nest at most this deep; runs of whitespace between tokens are at most kMaxWhitespace bytes
@@ -26,6 +51,8 @@ class JsonObjectConstraint {
   bool complete() const { return state_ == State::kDone; }
 
  private:
+  template <class Automaton>
+  friend bool json_bytes::accept_all(Automaton&, std::string_view);
   enum class State : uint8_t {
     kStart,            // before the top-level object
     kValue,            // a value must start (after ':' or ',' in an array)

@@ -2,6 +2,7 @@
 #include "lmx/engine/json_schema_constraint.h"
 
 #include "lmx/core/error.h"
+#include "lmx/engine/json_constraint.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,15 +11,9 @@
 namespace lmx {
 namespace {
 
-bool is_space(uint8_t b) {
-  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
-}
-bool is_digit(uint8_t b) {
-  return b >= '0' && b <= '9';
-}
-bool is_hex(uint8_t b) {
-  return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
-}
+using json_bytes::is_digit;
+using json_bytes::is_hex;
+using json_bytes::is_space;
 
 constexpr const char* kTypeNames[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
@@ -150,17 +145,11 @@ JsonSchemaConstraint::JsonSchemaConstraint(std::shared_ptr<const JsonSchema> sch
 
 bool JsonSchemaConstraint::allows(std::string_view text) const {
   JsonSchemaConstraint copy = *this;
-  return copy.accept(text);
+  return json_bytes::accept_all(copy, text);
 }
 
 bool JsonSchemaConstraint::accept(std::string_view text) {
-  const JsonSchemaConstraint saved = *this;
-  for (char c : text)
-    if (!step(static_cast<uint8_t>(c))) {
-      *this = saved;
-      return false;
-    }
-  return true;
+  return json_bytes::accept_all(*this, text);
 }
 
 bool JsonSchemaConstraint::whitespace() {

@@ -23,6 +23,11 @@
 
 namespace lmx {
 
+namespace json_bytes {
+template <class Automaton>
+bool accept_all(Automaton& automaton, std::string_view text);
+}  // namespace json_bytes
+
 class JsonSchema {
  public:
   // Types a value may have (bits).
@@ -75,6 +80,8 @@ class JsonSchemaConstraint {
     int key = -1;       // kObject: the property whose value comes next; kKey/kLiteral: candidates' progress
     std::string text;   // kKey: the key so far; kLiteral: the literal so far
   };
+  template <class Automaton>
+  friend bool json_bytes::accept_all(Automaton&, std::string_view);
   static Frame make(Kind kind, int node, uint64_t seen = 0) {
     Frame f;
     f.kind = kind;
