@@ -126,6 +126,10 @@ void Engine::validate(const GenerationRequest& r) const {
               "request: a forced tool call and JSON output exclude each other");
   LMX_REQUIRE(InvalidArgument, !r.forced_json || !r.forced_prefixes.empty(),
               "request: forced JSON needs forced prefixes");
+  LMX_REQUIRE(
+      InvalidArgument,
+      r.forced_schemas.empty() || (r.forced_json && r.forced_schemas.size() == r.forced_prefixes.size()),
+      "request: forced schemas need forced JSON and one per forced prefix");
   for (const std::string& p : r.forced_prefixes)
     LMX_REQUIRE(InvalidArgument, !p.empty(), "request: a forced prefix is empty");
   LMX_REQUIRE(InvalidArgument, r.conversation == nullptr || r.n == 1,
@@ -347,7 +351,14 @@ std::optional<FinishReason> Engine::apply(const Pick& p, RequestEvent& event) {
   event.text += c.text.feed(token);
   if (c.forced && !c.forced->complete()) {
     c.forced->accept(token);
-    if (c.forced->complete() && spec.forced_json) c.json.emplace().any.emplace();
+    if (c.forced->complete() && spec.forced_json) {
+      // The arguments of the tool whose opening was written: its schema when it has one, else any object.
+      const size_t which = static_cast<size_t>(c.forced->completed());
+      if (which < spec.forced_schemas.size() && spec.forced_schemas[which])
+        c.json.emplace().schema.emplace(spec.forced_schemas[which]);
+      else
+        c.json.emplace().any.emplace();
+    }
   } else if (c.json) {
     c.json->accept(token_texts_.at(static_cast<size_t>(token)));
     if (c.json->complete()) {

@@ -35,7 +35,10 @@ void ForcedTokens::accept(int32_t id) {
   for (size_t i = 0; i < sequences_.size(); ++i) {
     if (!alive_[i]) continue;
     alive_[i] = sequences_[i][written_] == id;
-    if (alive_[i] && written_ + 1 == sequences_[i].size()) complete_ = true;
+    if (alive_[i] && written_ + 1 == sequences_[i].size() && !complete_) {
+      complete_ = true;
+      completed_ = static_cast<int>(i);
+    }
   }
   ++written_;
 }

@@ -21,14 +21,16 @@ class ForcedTokens {
   std::vector<int32_t> next() const;
   // Appends `id` (which allows() accepted).
   void accept(int32_t id);
-  // Whether a whole sequence has been written.
+  // Whether a whole sequence has been written, and which (its index; -1 before).
   bool complete() const { return complete_; }
+  int completed() const { return completed_; }
 
  private:
   std::vector<std::vector<int32_t>> sequences_;
   std::vector<bool> alive_;  // per sequence: agrees with the tokens so far
   size_t written_ = 0;
   bool complete_ = false;
+  int completed_ = -1;
 };
 
 }  // namespace lmx

@@ -57,6 +57,9 @@ struct GenerationRequest {
   // json_object.
   std::vector<std::string> forced_prefixes;
   bool forced_json = false;
+  // With forced_json: per prefix, the schema its JSON must satisfy (as json_schema), or null for any object;
+  // empty: any object after every prefix.
+  std::vector<std::shared_ptr<const JsonSchema>> forced_schemas;
   std::string forced_suffix;
   std::shared_ptr<Conversation> conversation;  // optional: KV kept across requests (n must be 1)
 };

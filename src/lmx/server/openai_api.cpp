@@ -154,6 +154,21 @@ ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlo
       r.generation.forced_prefixes = std::move(forced.prefixes);
       r.generation.forced_json = forced.json;
       r.generation.forced_suffix = std::move(forced.suffix);
+      // JSON arguments follow their tool's parameter schema when it is in the subset constrained decoding
+      // enforces (json_schema_constraint.h); otherwise they are any JSON object.
+      if (forced.json)
+        for (const std::string& name : forced_tools) {
+          std::shared_ptr<const JsonSchema> schema;
+          for (const auto& t : tools)
+            if (t["function"]["name"] == name && t["function"].contains("parameters")) {
+              try {
+                schema = JsonSchema::compile(nlohmann::json::parse(t["function"]["parameters"].dump()));
+              } catch (const InvalidArgument&) {
+                schema = nullptr;
+              }
+            }
+          r.generation.forced_schemas.push_back(std::move(schema));
+        }
     } catch (const InvalidArgument& e) {
       bad_request(e.what(), "tool_choice");
     }

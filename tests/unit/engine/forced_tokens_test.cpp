@@ -22,8 +22,10 @@ TEST(ForcedTokens, FollowsTheSequencesThatAgreeUntilOneIsWhole) {
   EXPECT_EQ(f.next(), std::vector<int32_t>({12, 13}));
   EXPECT_FALSE(f.allows(20));  // that sequence left behind
   EXPECT_FALSE(f.complete());
+  EXPECT_EQ(f.completed(), -1);
   f.accept(13);
   EXPECT_TRUE(f.complete());
+  EXPECT_EQ(f.completed(), 2);
   EXPECT_TRUE(f.next().empty());
   EXPECT_TRUE(f.allows(999));
 }

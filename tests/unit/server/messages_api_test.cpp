@@ -246,7 +246,11 @@ TEST(MessagesApi, ForcedToolCallsAnswerWithACall) {
   ASSERT_EQ(named["choices"][0]["message"]["tool_calls"].size(), 1u) << named.dump();
   const nlohmann::json& call = named["choices"][0]["message"]["tool_calls"][0]["function"];
   EXPECT_EQ(call["name"], "get_time");
-  EXPECT_TRUE(nlohmann::json::parse(call["arguments"].get<std::string>()).is_object()) << call.dump();
+  // The arguments follow the tool's schema: only "city", a string.
+  const auto args = nlohmann::json::parse(call["arguments"].get<std::string>());
+  ASSERT_TRUE(args.is_object()) << call.dump();
+  for (const auto& [key, value] : args.items())
+    EXPECT_TRUE(key == "city" && value.is_string()) << call.dump();
   // Streamed: the same call as tool_calls deltas.
   nlohmann::json streamed = chat;
   streamed["stream"] = true;
@@ -287,6 +291,8 @@ TEST(MessagesApi, ForcedToolCallsAnswerWithACall) {
   EXPECT_EQ(use["type"], "tool_use") << m.dump();
   EXPECT_TRUE(use["name"] == "get_weather" || use["name"] == "get_time") << m.dump();
   EXPECT_TRUE(use["input"].is_object());
+  for (const auto& [key, value] : use["input"].items())
+    EXPECT_TRUE(key == "city" && value.is_string()) << m.dump();
 
   chat["tool_choice"] = "required";
   chat.erase("tools");
