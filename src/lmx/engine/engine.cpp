@@ -182,17 +182,10 @@ void Engine::admit(Incoming in) {
   // A forced prefix is written as the tokenizer encodes it: special tokens as themselves.
   for (const std::string& prefix : r.spec.forced_prefixes)
     r.forced_tokens.push_back(tokenizer_->encode(prefix, /*add_special_tokens=*/false));
-  if ((r.spec.json_object || r.spec.json_schema || r.spec.forced_json) && token_texts_.empty()) {
-    // Each token's text alone, once: what constrained decoding checks against the JSON automaton. Special
-    // tokens are never part of the JSON.
-    token_texts_.resize(static_cast<size_t>(model_.description().vocab_size));
-    token_special_.assign(token_texts_.size(), true);
-    for (int32_t id = 0; id < static_cast<int32_t>(token_texts_.size()); ++id) {
-      if (!tokenizer_->is_valid_id(id) || tokenizer_->is_special(id)) continue;
-      token_texts_[static_cast<size_t>(id)] = tokenizer_->decode(std::span(&id, 1));
-      token_special_[static_cast<size_t>(id)] = false;
-    }
-  }
+  // Each token's text alone, once: what constrained decoding checks against the JSON automata (special
+  // tokens are never part of JSON).
+  if ((r.spec.json_object || r.spec.json_schema || r.spec.forced_json) && vocabulary_.empty())
+    vocabulary_ = ConstraintVocabulary(*tokenizer_, model_.description().vocab_size);
   for (int i = 0; i < r.spec.n; ++i) {
     auto c = std::make_unique<Choice>(r, i, tokenizer_);
     if (r.spec.json_object) c->json.emplace().any.emplace();
@@ -310,16 +303,17 @@ void Engine::pick(Pick& p) const {
       p.token = c.sampler.sample(masked, c.tokens);
     } else if (c.json) {
       // Constrained: every token the JSON automaton refuses (and every special token) is masked.
-      std::vector<float> masked(out.logits.begin(), out.logits.end());
+      std::vector<float> masked(out.logits.size(), -std::numeric_limits<float>::infinity());
       bool any = false;
-      for (size_t id = 0; id < masked.size(); ++id) {
-        if (id < token_texts_.size() && !token_special_[id] && !token_texts_[id].empty() &&
-            c.json->allows(token_texts_[id])) {
-          any = true;
-        } else {
-          masked[id] = -std::numeric_limits<float>::infinity();
-        }
-      }
+      const auto allow = [&](int32_t id) {
+        if (static_cast<size_t>(id) >= masked.size()) return;
+        masked[static_cast<size_t>(id)] = out.logits[static_cast<size_t>(id)];
+        any = true;
+      };
+      if (c.json->schema)
+        vocabulary_.for_each_allowed(*c.json->schema, allow);
+      else
+        vocabulary_.for_each_allowed(*c.json->any, allow);
       LMX_REQUIRE(InvalidArgument, any, "JSON output: no token of the vocabulary continues the JSON object");
       p.token = c.sampler.sample(masked, c.tokens);
     } else if (out.argmax)
@@ -360,7 +354,7 @@ std::optional<FinishReason> Engine::apply(const Pick& p, RequestEvent& event) {
         c.json.emplace().any.emplace();
     }
   } else if (c.json) {
-    c.json->accept(token_texts_.at(static_cast<size_t>(token)));
+    c.json->accept(vocabulary_.text(token));
     if (c.json->complete()) {
       event.text += c.text.finish();
       event.text += spec.forced_suffix;

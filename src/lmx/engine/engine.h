@@ -8,6 +8,7 @@
 // samples with its own generator (seeded requests give the same tokens alone or under load).
 #pragma once
 
+#include "lmx/engine/constraint_vocabulary.h"
 #include "lmx/engine/request.h"
 #include "lmx/engine/scheduler.h"
 #include "lmx/model/language_model.h"
@@ -151,10 +152,8 @@ class Engine {
   std::function<void(const StepRecord&)> observer_;
   EngineStats stats_;
   uint64_t next_order_ = 0;
-  // Constrained decoding: each token's text alone and whether it is special (built at the first JSON
-  // request).
-  std::vector<std::string> token_texts_;
-  std::vector<bool> token_special_;
+  // Constrained decoding: each token's text alone, indexed (built at the first JSON request).
+  ConstraintVocabulary vocabulary_;
 
   mutable std::mutex mutex_;  // guards the members below
   std::condition_variable work_;

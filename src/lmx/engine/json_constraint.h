@@ -49,6 +49,8 @@ class JsonObjectConstraint {
   bool accept(std::string_view text);
   // Whether the object has closed (only whitespace may follow).
   bool complete() const { return state_ == State::kDone; }
+  // Whether it is inside a string (where any text without '"', '\' or control bytes is accepted).
+  bool in_string() const { return state_ == State::kString; }
 
  private:
   template <class Automaton>

@@ -69,6 +69,10 @@ class JsonSchemaConstraint {
   bool accept(std::string_view text);
   // Whether the root object has closed (only whitespace may follow).
   bool complete() const { return done_; }
+  // Whether it is inside a string value (where any text without '"', '\' or control bytes is accepted).
+  bool in_string() const {
+    return !stack_.empty() && stack_.back().kind == Kind::kString && stack_.back().state == 0;
+  }
 
  private:
   enum class Kind : uint8_t { kValue, kObject, kArray, kString, kKey, kNumber, kLiteral };
