@@ -58,7 +58,6 @@ struct Engine::Choice : ScheduledSequence {
   struct JsonOutput {
     std::optional<JsonObjectConstraint> any;
     std::optional<JsonSchemaConstraint> schema;
-    bool allows(std::string_view t) const { return schema ? schema->allows(t) : any->allows(t); }
     bool accept(std::string_view t) { return schema ? schema->accept(t) : any->accept(t); }
     bool complete() const { return schema ? schema->complete() : any->complete(); }
   };
@@ -114,12 +113,10 @@ void Engine::validate(const GenerationRequest& r) const {
     LMX_REQUIRE(InvalidArgument, !r.stop[i].empty(), "request: stop string {} is empty", i);
   LMX_REQUIRE(InvalidArgument, r.stop.empty() || tokenizer_ != nullptr,
               "request: stop strings need a tokenizer (the model directory has no tokenizer.json)");
-  LMX_REQUIRE(InvalidArgument, !r.json_object || tokenizer_ != nullptr,
+  LMX_REQUIRE(InvalidArgument, !(r.json_object || r.json_schema) || tokenizer_ != nullptr,
               "request: JSON output needs a tokenizer (the model directory has no tokenizer.json)");
   LMX_REQUIRE(InvalidArgument, r.forced_prefixes.empty() || tokenizer_ != nullptr,
               "request: a forced tool call needs a tokenizer (the model directory has no tokenizer.json)");
-  LMX_REQUIRE(InvalidArgument, !r.json_schema || tokenizer_ != nullptr,
-              "request: JSON output needs a tokenizer (the model directory has no tokenizer.json)");
   LMX_REQUIRE(InvalidArgument, !(r.json_schema && r.json_object),
               "request: json_object and json_schema exclude each other");
   LMX_REQUIRE(InvalidArgument, r.forced_prefixes.empty() || (!r.json_object && !r.json_schema),
@@ -294,27 +291,24 @@ void Engine::pick(Pick& p) const {
       }
       return;
     }
-    if (c.forced && !c.forced->complete()) {
-      // A forced prefix: every token but the ones that continue it is masked.
-      std::vector<float> masked(out.logits.size(), -std::numeric_limits<float>::infinity());
-      for (int32_t id : c.forced->next())
-        if (id >= 0 && static_cast<size_t>(id) < masked.size())
-          masked[static_cast<size_t>(id)] = out.logits[static_cast<size_t>(id)];
-      p.token = c.sampler.sample(masked, c.tokens);
-    } else if (c.json) {
-      // Constrained: every token the JSON automaton refuses (and every special token) is masked.
+    if (c.constrained()) {
+      // Constrained: while a forced prefix is written, every token but the ones that continue it is masked;
+      // then every token the JSON automaton refuses (and every special token).
       std::vector<float> masked(out.logits.size(), -std::numeric_limits<float>::infinity());
       bool any = false;
       const auto allow = [&](int32_t id) {
-        if (static_cast<size_t>(id) >= masked.size()) return;
+        if (id < 0 || static_cast<size_t>(id) >= masked.size()) return;
         masked[static_cast<size_t>(id)] = out.logits[static_cast<size_t>(id)];
         any = true;
       };
-      if (c.json->schema)
+      if (c.forced && !c.forced->complete()) {
+        for (int32_t id : c.forced->next()) allow(id);
+      } else if (c.json->schema) {
         vocabulary_.for_each_allowed(*c.json->schema, allow);
-      else
+      } else {
         vocabulary_.for_each_allowed(*c.json->any, allow);
-      LMX_REQUIRE(InvalidArgument, any, "JSON output: no token of the vocabulary continues the JSON object");
+      }
+      LMX_REQUIRE(InvalidArgument, any, "constrained output: no token of the vocabulary continues it");
       p.token = c.sampler.sample(masked, c.tokens);
     } else if (out.argmax)
       p.token = *out.argmax;

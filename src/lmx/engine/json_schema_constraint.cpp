@@ -30,16 +30,6 @@ bool number_can_end(uint8_t state) {
   return state == kNumZero || state == kNumInt || state == kNumFrac || state == kNumExpDigits;
 }
 
-// The literals a node's value may be, when it is one of a fixed set: its enum/const, else true/false/null as
-// its types allow (strings and numbers are not literals).
-std::vector<std::string> literal_candidates(const JsonSchema::Node& n) {
-  if (!n.literals.empty()) return n.literals;
-  std::vector<std::string> out;
-  if (n.types & JsonSchema::kBoolean) out = {"true", "false"};
-  if (n.types & JsonSchema::kNull) out.push_back("null");
-  return out;
-}
-
 bool fits_some(const std::vector<std::string>& candidates, const std::string& text, bool* whole) {
   bool fits = false;
   *whole = false;
@@ -56,7 +46,7 @@ bool fits_some(const std::vector<std::string>& candidates, const std::string& te
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const nlohmann::json& schema) {
   auto out = std::make_shared<JsonSchema>();
   out->add(schema, "schema");
-  LMX_REQUIRE(InvalidArgument, out->nodes_[0].types == kObject && out->nodes_[0].literals.empty(),
+  LMX_REQUIRE(InvalidArgument, out->nodes_[0].types == kObject && !out->nodes_[0].enumerated,
               "schema: the root must be {{\"type\": \"object\", ...}}");
   return out;
 }
@@ -103,8 +93,12 @@ int JsonSchema::add(const nlohmann::json& s, const std::string& at) {
     for (const auto& v : s["enum"]) literal(v, at + ".enum");
   }
   if (s.contains("const")) literal(s["const"], at + ".const");
-  LMX_REQUIRE(InvalidArgument, n.types != 0 || !n.literals.empty(),
-              "{} needs a \"type\" (or an enum or const)", at);
+  n.enumerated = !n.literals.empty();
+  LMX_REQUIRE(InvalidArgument, n.types != 0 || n.enumerated, "{} needs a \"type\" (or an enum or const)", at);
+  if (!n.enumerated) {
+    if (n.types & kBoolean) n.literals = {"true", "false"};
+    if (n.types & kNull) n.literals.push_back("null");
+  }
   if (n.types & kObject) {
     if (s.contains("properties")) {
       LMX_REQUIRE(InvalidArgument, s["properties"].is_object(), "{}.properties must be an object", at);
@@ -169,11 +163,10 @@ bool JsonSchemaConstraint::value_done() {
 
 bool JsonSchemaConstraint::start_value(Frame& f, uint8_t b) {
   const JsonSchema::Node& n = schema_->node(f.node);
-  const std::vector<std::string> literals = literal_candidates(n);
-  if (!n.literals.empty() || b == 't' || b == 'f' || b == 'n') {
+  if (n.enumerated || b == 't' || b == 'f' || b == 'n') {
     const std::string first(1, static_cast<char>(b));
     bool whole = false;
-    if (!fits_some(literals, first, &whole)) return false;
+    if (!fits_some(n.literals, first, &whole)) return false;
     f.kind = Kind::kLiteral;
     f.text = first;
     return true;
@@ -216,7 +209,7 @@ bool JsonSchemaConstraint::step(uint8_t b) {
     case Kind::kLiteral: {
       const std::string text = f.text + static_cast<char>(b);
       bool whole = false;
-      if (!fits_some(literal_candidates(n), text, &whole)) return false;
+      if (!fits_some(n.literals, text, &whole)) return false;
       f.text = text;
       return whole ? value_done() : true;
     }

@@ -44,9 +44,12 @@ class JsonSchema {
     uint8_t types = 0;
     std::vector<std::string> property_names;  // kObject
     std::vector<int> property_nodes;
-    uint64_t required = 0;              // bit i: property_names[i] is required
-    int items = -1;                     // kArray: the items' node (-1: any value is refused)
-    std::vector<std::string> literals;  // "enum"/"const": each allowed value as JSON text; empty: any
+    uint64_t required = 0;    // bit i: property_names[i] is required
+    int items = -1;           // kArray: the items' node (-1: any value is refused)
+    bool enumerated = false;  // "enum"/"const": the value is one of `literals`
+    // The values written as fixed text: the enum/const values as JSON text, else true/false/null as `types`
+    // allow (strings and numbers are not fixed).
+    std::vector<std::string> literals;
   };
   // Compiles `schema`; InvalidArgument naming what is outside the subset.
   static std::shared_ptr<const JsonSchema> compile(const nlohmann::json& schema);

@@ -195,13 +195,12 @@ KvBlockPool& KvCache::pool() {
 }
 
 size_t KvCache::sequence_bytes(int64_t tokens, int64_t step_tokens) const {
-  const size_t bytes = layout().sequence_bytes(tokens, step_tokens);
-  if (!start_ || tokens < quant_start_)
-    return start_ ? start_->layout.sequence_bytes(tokens, step_tokens) : bytes;
+  if (!start_) return layout().sequence_bytes(tokens, step_tokens);
+  if (tokens < quant_start_) return start_->layout.sequence_bytes(tokens, step_tokens);
   // Converting holds both layouts' blocks of the first quant_start positions.
   const size_t converting = start_->layout.sequence_bytes(quant_start_, step_tokens) +
                             layout().sequence_bytes(quant_start_, step_tokens);
-  return std::max(bytes, converting);
+  return std::max(layout().sequence_bytes(tokens, step_tokens), converting);
 }
 
 int64_t KvCache::step_limit(const KvSequence& sequence) const {

@@ -121,10 +121,6 @@ nlohmann::ordered_json template_tools(const nlohmann::ordered_json& body) {
 
 // tool_choice: whether the tools are offered ("auto", the default; "none" offers none), and the tools a
 // forced call may take ("any": any of them; "tool" with "name": that one).
-struct ToolChoice {
-  bool offered = true;
-  std::vector<std::string> forced;
-};
 ToolChoice tool_choice(const nlohmann::ordered_json& body, const nlohmann::ordered_json& tools) {
   if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return {};
   const auto& c = body["tool_choice"];
@@ -134,17 +130,11 @@ ToolChoice tool_choice(const nlohmann::ordered_json& body, const nlohmann::order
   if (c["type"] == "none") return {false, {}};
   if (c["type"] != "any" && c["type"] != "tool")
     bad_request("\"tool_choice.type\" must be auto, any, tool or none", "tool_choice");
-  if (tools.empty())
-    bad_request("tool_choice forces a tool call, but the request has no \"tools\"", "tool_choice");
-  std::vector<std::string> names;
-  for (const auto& t : tools) names.push_back(t["function"]["name"].get<std::string>());
-  if (c["type"] == "any") return {true, names};
+  if (c["type"] == "any") return forced_tool_choice(tools, nullptr);
   if (!c.contains("name") || !c["name"].is_string())
     bad_request("tool_choice \"tool\" needs a \"name\"", "tool_choice");
   const std::string name = c["name"].get<std::string>();
-  if (std::find(names.begin(), names.end(), name) == names.end())
-    bad_request("tool_choice names \"" + name + "\", which is not among the request's tools", "tool_choice");
-  return {true, {name}};
+  return forced_tool_choice(tools, &name);
 }
 
 std::optional<bool> thinking(const nlohmann::ordered_json& body) {

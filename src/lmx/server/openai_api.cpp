@@ -126,6 +126,17 @@ nlohmann::json error_body(const std::string& message, const std::string& type, c
   return {{"error", e}};
 }
 
+ToolChoice forced_tool_choice(const nlohmann::ordered_json& tools, const std::string* name) {
+  if (tools.empty())
+    bad_request("tool_choice forces a tool call, but the request has no \"tools\"", "tool_choice");
+  std::vector<std::string> names;
+  for (const auto& t : tools) names.push_back(t["function"]["name"].get<std::string>());
+  if (name == nullptr) return {true, names};
+  if (std::find(names.begin(), names.end(), *name) == names.end())
+    bad_request("tool_choice names \"" + *name + "\", which is not among the request's tools", "tool_choice");
+  return {true, {*name}};
+}
+
 ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                bool parse_tools, std::optional<bool> enable_thinking,
                                const GenerationRequest& defaults, const Tokenizer& tokenizer,
@@ -162,7 +173,7 @@ ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlo
           for (const auto& t : tools)
             if (t["function"]["name"] == name && t["function"].contains("parameters")) {
               try {
-                schema = JsonSchema::compile(nlohmann::json::parse(t["function"]["parameters"].dump()));
+                schema = JsonSchema::compile(t["function"]["parameters"]);
               } catch (const InvalidArgument&) {
                 schema = nullptr;
               }
@@ -200,10 +211,6 @@ nlohmann::ordered_json openai_tools(const nlohmann::ordered_json& body) {
 
 // tool_choice: whether the tools are offered ("auto", the default; "none" offers none), and the tools a
 // forced call may take ("required": any of them; {"type": "function", "function": {"name"}}: that one).
-struct ToolChoice {
-  bool offered = true;
-  std::vector<std::string> forced;
-};
 ToolChoice tool_choice(const nlohmann::ordered_json& body, const nlohmann::ordered_json& tools) {
   ToolChoice choice;
   if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return choice;
@@ -213,19 +220,13 @@ ToolChoice tool_choice(const nlohmann::ordered_json& body, const nlohmann::order
   if (c != "required" && !c.is_object())
     bad_request("\"tool_choice\" must be \"auto\", \"none\", \"required\" or a named function",
                 "tool_choice");
-  if (tools.empty())
-    bad_request("tool_choice forces a tool call, but the request has no \"tools\"", "tool_choice");
-  std::vector<std::string> names;
-  for (const auto& t : tools) names.push_back(t["function"]["name"].get<std::string>());
-  if (c == "required") return {true, names};
+  if (c == "required") return forced_tool_choice(tools, nullptr);
   if (!c.contains("function") || !c["function"].is_object() || !c["function"].contains("name") ||
       !c["function"]["name"].is_string())
     bad_request("a named tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
                 "tool_choice");
   const std::string name = c["function"]["name"].get<std::string>();
-  if (std::find(names.begin(), names.end(), name) == names.end())
-    bad_request("tool_choice names \"" + name + "\", which is not among the request's tools", "tool_choice");
-  return {true, {name}};
+  return forced_tool_choice(tools, &name);
 }
 
 // An assistant message's "tool_calls" as the template wants them: arguments parsed into objects.

@@ -62,6 +62,16 @@ struct ApiRequest {
 // the format has markers. `forced_tools` non-empty: the answer must call one of these tools (forced_tool_call
 // in the template's format). Throws ApiError (400) when the template refuses the chat, or has no tool-call
 // syntax to force.
+// What a request's tool_choice asks (both APIs): whether the tools are offered, and the tools a forced call
+// may take.
+struct ToolChoice {
+  bool offered = true;
+  std::vector<std::string> forced;
+};
+// A forced call's names among `tools` (template-shaped: {"function": {"name"}}): every tool's when `name` is
+// null, else `name` itself. ApiError (400) when there are no tools or `name` is not among them.
+ToolChoice forced_tool_choice(const nlohmann::ordered_json& tools, const std::string* name);
+
 ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                bool parse_tools, std::optional<bool> enable_thinking,
                                const GenerationRequest& defaults, const Tokenizer& tokenizer,
