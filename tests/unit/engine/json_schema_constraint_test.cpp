@@ -185,6 +185,15 @@ TEST(JsonSchemaConstraint, RefusesSchemasOutsideTheSubset) {
       {R"({"type":"object","required":["b"]})", "not a property"},
       {R"({"type":"object","properties":{"a":{}}})", "needs a \"type\""},
       {R"({"type":"object","properties":{"a":{"type":"array"}}})", "needs \"items\""},
+      // Malformed schemas.
+      {R"("object")", "must be a JSON schema object"},
+      {R"({"type":5})", "must be a type name or a list of them"},
+      {R"({"type":"obj"})", "unknown type \"obj\""},
+      {R"({"type":"object","properties":[]})", "properties must be an object"},
+      {R"({"type":"object","properties":{"a":{"type":"string"}},"required":"a"})",
+       "required must be an array"},
+      {R"({"type":"object","properties":{"a":{"enum":[]}}})", "enum must be a non-empty array"},
+      {R"({"type":"object","properties":{"a\"b":{"type":"string"}}})", "needs escaping"},
   };
   for (const auto& [text, expected] : cases) {
     try {
