@@ -53,8 +53,8 @@ struct Engine::Choice : ScheduledSequence {
   int index;
   Sampler sampler;
   TextOutput text;
-  // The JSON it must write: any object (json_object; forced_json once the prefix is written) or one the
-  // request's schema accepts (json_schema).
+  // The JSON it must write: any object (json_object; forced JSON or Gemma 4 arguments once the prefix is
+  // written) or one the request's schema accepts (json_schema).
   struct JsonOutput {
     std::optional<JsonObjectConstraint> any;
     std::optional<JsonSchemaConstraint> schema;
@@ -121,12 +121,12 @@ void Engine::validate(const GenerationRequest& r) const {
               "request: json_object and json_schema exclude each other");
   LMX_REQUIRE(InvalidArgument, r.forced_prefixes.empty() || (!r.json_object && !r.json_schema),
               "request: a forced tool call and JSON output exclude each other");
-  LMX_REQUIRE(InvalidArgument, !r.forced_json || !r.forced_prefixes.empty(),
-              "request: forced JSON needs forced prefixes");
-  LMX_REQUIRE(
-      InvalidArgument,
-      r.forced_schemas.empty() || (r.forced_json && r.forced_schemas.size() == r.forced_prefixes.size()),
-      "request: forced schemas need forced JSON and one per forced prefix");
+  LMX_REQUIRE(InvalidArgument, r.forced_arguments == ForcedArguments::kFree || !r.forced_prefixes.empty(),
+              "request: forced arguments need forced prefixes");
+  LMX_REQUIRE(InvalidArgument,
+              r.forced_schemas.empty() || (r.forced_arguments == ForcedArguments::kJson &&
+                                           r.forced_schemas.size() == r.forced_prefixes.size()),
+              "request: forced schemas need forced JSON arguments and one per forced prefix");
   for (const std::string& p : r.forced_prefixes)
     LMX_REQUIRE(InvalidArgument, !p.empty(), "request: a forced prefix is empty");
   LMX_REQUIRE(InvalidArgument, r.conversation == nullptr || r.n == 1,
@@ -180,9 +180,15 @@ void Engine::admit(Incoming in) {
   for (const std::string& prefix : r.spec.forced_prefixes)
     r.forced_tokens.push_back(tokenizer_->encode(prefix, /*add_special_tokens=*/false));
   // Each token's text alone, once: what constrained decoding checks against the JSON automata (special
-  // tokens are never part of JSON).
-  if ((r.spec.json_object || r.spec.json_schema || r.spec.forced_json) && vocabulary_.empty())
+  // tokens are never part of JSON; Gemma 4's string delimiter <|"|>, a special token of its tokenizers, is
+  // checked on its own).
+  if ((r.spec.json_object || r.spec.json_schema || r.spec.forced_arguments != ForcedArguments::kFree) &&
+      vocabulary_.empty()) {
     vocabulary_ = ConstraintVocabulary(*tokenizer_, model_.description().vocab_size);
+    const int32_t quote = tokenizer_->token_to_id(JsonObjectConstraint::kGemma4Quote);
+    if (quote >= 0 && quote < model_.description().vocab_size && vocabulary_.text(quote).empty())
+      gemma4_quote_id_ = quote;
+  }
   for (int i = 0; i < r.spec.n; ++i) {
     auto c = std::make_unique<Choice>(r, i, tokenizer_);
     if (r.spec.json_object) c->json.emplace().any.emplace();
@@ -307,6 +313,9 @@ void Engine::pick(Pick& p) const {
         vocabulary_.for_each_allowed(*c.json->schema, allow);
       } else {
         vocabulary_.for_each_allowed(*c.json->any, allow);
+        if (gemma4_quote_id_ >= 0 && c.json->any->syntax() == JsonObjectConstraint::Syntax::kGemma4 &&
+            c.json->any->allows(JsonObjectConstraint::kGemma4Quote))
+          allow(gemma4_quote_id_);
       }
       LMX_REQUIRE(InvalidArgument, any, "constrained output: no token of the vocabulary continues it");
       p.token = c.sampler.sample(masked, c.tokens);
@@ -339,16 +348,26 @@ std::optional<FinishReason> Engine::apply(const Pick& p, RequestEvent& event) {
   event.text += c.text.feed(token);
   if (c.forced && !c.forced->complete()) {
     c.forced->accept(token);
-    if (c.forced->complete() && spec.forced_json) {
-      // The arguments of the tool whose opening was written: its schema when it has one, else any object.
-      const size_t which = static_cast<size_t>(c.forced->completed());
-      if (which < spec.forced_schemas.size() && spec.forced_schemas[which])
-        c.json.emplace().schema.emplace(spec.forced_schemas[which]);
-      else
-        c.json.emplace().any.emplace();
+    // The arguments of the tool whose opening was written: JSON (its schema when it has one, else any
+    // object) or Gemma 4's syntax.
+    const size_t which = static_cast<size_t>(c.forced->completed());
+    if (c.forced->complete()) {
+      switch (spec.forced_arguments) {
+        case ForcedArguments::kFree:
+          break;
+        case ForcedArguments::kJson:
+          if (which < spec.forced_schemas.size() && spec.forced_schemas[which])
+            c.json.emplace().schema.emplace(spec.forced_schemas[which]);
+          else
+            c.json.emplace().any.emplace();
+          break;
+        case ForcedArguments::kGemma4:
+          c.json.emplace().any.emplace(JsonObjectConstraint::Syntax::kGemma4);
+          break;
+      }
     }
   } else if (c.json) {
-    c.json->accept(vocabulary_.text(token));
+    c.json->accept(token == gemma4_quote_id_ ? JsonObjectConstraint::kGemma4Quote : vocabulary_.text(token));
     if (c.json->complete()) {
       event.text += c.text.finish();
       event.text += spec.forced_suffix;

@@ -154,6 +154,7 @@ class Engine {
   uint64_t next_order_ = 0;
   // Constrained decoding: each token's text alone, indexed (built at the first JSON request).
   ConstraintVocabulary vocabulary_;
+  int32_t gemma4_quote_id_ = -1;  // the special token <|"|> when the tokenizer has one
 
   mutable std::mutex mutex_;  // guards the members below
   std::condition_variable work_;

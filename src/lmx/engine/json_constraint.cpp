@@ -6,6 +6,15 @@ using json_bytes::is_digit;
 using json_bytes::is_hex;
 using json_bytes::is_space;
 
+namespace {
+bool is_key_start(uint8_t b) {
+  return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '_';
+}
+bool is_key_byte(uint8_t b) {
+  return is_key_start(b) || is_digit(b) || b == '.' || b == '-';
+}
+}  // namespace
+
 bool JsonObjectConstraint::allows(std::string_view text) const {
   JsonObjectConstraint copy = *this;
   return json_bytes::accept_all(copy, text);
@@ -15,8 +24,10 @@ bool JsonObjectConstraint::accept(std::string_view text) {
   return json_bytes::accept_all(*this, text);
 }
 
+// Whitespace between tokens: JSON's, in runs of at most kMaxWhitespace bytes; none in Gemma 4's syntax (its
+// template writes none, and a model should not pad).
 bool JsonObjectConstraint::whitespace() {
-  return ++whitespace_run_ <= kMaxWhitespace;
+  return syntax_ == Syntax::kJson && ++whitespace_run_ <= kMaxWhitespace;
 }
 
 bool JsonObjectConstraint::start_value(uint8_t b) {
@@ -29,8 +40,15 @@ bool JsonObjectConstraint::start_value(uint8_t b) {
       state_ = b == '{' ? State::kObjectFirst : State::kArrayFirst;
       return true;
     case '"':
+      if (syntax_ != Syntax::kJson) return false;
       string_is_key_ = false;
       state_ = State::kString;
+      return true;
+    case '<':
+      if (syntax_ != Syntax::kGemma4) return false;
+      string_is_key_ = false;
+      quote_matched_ = 1;
+      state_ = State::kQuoteOpen;
       return true;
     case '-':
       state_ = State::kNumberSign;
@@ -76,6 +94,20 @@ bool JsonObjectConstraint::after_value(uint8_t b) {
   return false;
 }
 
+// Inside a Gemma 4 string every byte is content until the bytes of <|"|> have been read in a row. ('<' opens
+// the delimiter and appears nowhere else in it, so one count of the bytes matched so far is enough.)
+bool JsonObjectConstraint::gemma4_string(uint8_t b) {
+  if (b == static_cast<uint8_t>(kGemma4Quote[static_cast<size_t>(quote_matched_)])) {
+    if (++quote_matched_ == static_cast<int>(kGemma4Quote.size())) {
+      quote_matched_ = 0;
+      state_ = State::kAfterValue;
+    }
+    return true;
+  }
+  quote_matched_ = b == '<' ? 1 : 0;
+  return true;
+}
+
 bool JsonObjectConstraint::step(uint8_t b) {
   if (!is_space(b)) whitespace_run_ = 0;
   switch (state_) {
@@ -103,9 +135,27 @@ bool JsonObjectConstraint::step(uint8_t b) {
         state_ = depth_ == 0 ? State::kDone : State::kAfterValue;
         return true;
       }
+      if (syntax_ == Syntax::kGemma4) {
+        if (!is_key_start(b)) return false;
+        state_ = State::kBareKey;
+        return true;
+      }
       if (b != '"') return false;
       string_is_key_ = true;
       state_ = State::kString;
+      return true;
+    case State::kBareKey:
+      if (b == ':') {
+        state_ = State::kValue;
+        return true;
+      }
+      return is_key_byte(b);
+    case State::kQuoteOpen:
+      if (b != static_cast<uint8_t>(kGemma4Quote[static_cast<size_t>(quote_matched_)])) return false;
+      if (++quote_matched_ == static_cast<int>(kGemma4Quote.size())) {
+        quote_matched_ = 0;
+        state_ = State::kString;
+      }
       return true;
     case State::kColon:
       if (is_space(b)) return whitespace();
@@ -115,6 +165,7 @@ bool JsonObjectConstraint::step(uint8_t b) {
     case State::kAfterValue:
       return after_value(b);
     case State::kString:
+      if (syntax_ == Syntax::kGemma4) return gemma4_string(b);
       if (b == '"') {
         state_ = string_is_key_ ? State::kColon : State::kAfterValue;
         return true;

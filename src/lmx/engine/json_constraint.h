@@ -3,6 +3,12 @@
 // that no JSON object could continue with (RFC 8259 syntax; the top-level value must be an object; bytes >=
 // 0x80 are allowed inside strings only). The engine masks every token whose text it would refuse, and ends
 // the choice when the object closes.
+//
+// The same automaton reads Gemma 4's tool-call argument syntax ({key:<|"|>text<|"|>,n:1,list:[…],obj:{…}}):
+// keys bare ([A-Za-z_][A-Za-z0-9_.-]*), strings between <|"|> delimiters (the special token's text; any
+// bytes inside but the delimiter, no escapes), numbers, true, false and null as in JSON, no whitespace
+// outside strings. Every object it
+// accepts whole, parse_gemma4_arguments (server/) parses.
 #pragma once
 
 #include <array>
@@ -38,6 +44,10 @@ bool accept_all(Automaton& automaton, std::string_view text) {
 
 class JsonObjectConstraint {
  public:
+  enum class Syntax : uint8_t { kJson, kGemma4 };
+  static constexpr std::string_view kGemma4Quote = "<|\"|>";
+  explicit JsonObjectConstraint(Syntax syntax = Syntax::kJson) : syntax_(syntax) {}
+
   // Containers nest at most this deep; runs of whitespace between tokens are at most kMaxWhitespace bytes
   // long (so a model cannot pad forever).
   static constexpr int kMaxDepth = 64;
@@ -47,6 +57,7 @@ class JsonObjectConstraint {
   bool allows(std::string_view text) const;
   // Advances over `text`; false (state unchanged) when some byte is refused.
   bool accept(std::string_view text);
+  Syntax syntax() const { return syntax_; }
   // Whether the object has closed (only whitespace may follow).
   bool complete() const { return state_ == State::kDone; }
   // Whether it is inside a string (where any text without '"', '\' or control bytes is accepted).
@@ -64,6 +75,8 @@ class JsonObjectConstraint {
     kColon,            // after a key
     kAfterValue,       // after a value inside a container: ',' or the container's close
     kString,           // inside a string
+    kBareKey,          // Gemma 4: inside a bare key
+    kQuoteOpen,        // Gemma 4: inside an opening <|"|> (quote_matched_ bytes of it read)
     kEscape,           // after a backslash
     kUnicode,          // inside \uXXXX (hex_left_ more digits)
     kNumberSign,       // after '-'
@@ -81,6 +94,9 @@ class JsonObjectConstraint {
   bool start_value(uint8_t byte);
   bool after_value(uint8_t byte);  // a byte that ends a number (or follows a value) inside a container
   bool whitespace();
+  bool gemma4_string(uint8_t byte);  // a byte inside a Gemma 4 string
+
+  Syntax syntax_;
 
   State state_ = State::kStart;
   std::array<char, kMaxDepth> stack_{};  // '{' or '[' per open container (a copy is cheap: allows())
@@ -89,6 +105,7 @@ class JsonObjectConstraint {
   int hex_left_ = 0;
   const char* literal_ = nullptr;  // the rest of the literal being read
   int whitespace_run_ = 0;
+  int quote_matched_ = 0;  // Gemma 4: bytes of <|"|> just read (opening it, or inside a string)
 };
 
 }  // namespace lmx

@@ -28,6 +28,9 @@ struct Conversation {
 // Top logprobs reported per generated token (OpenAI's limit).
 constexpr int kMaxTopLogprobs = 20;
 
+// What a forced tool call's arguments are after its forced opening (GenerationRequest::forced_arguments).
+enum class ForcedArguments { kFree, kJson, kGemma4 };
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // non-empty token ids
   SamplingParams sampling;
@@ -51,13 +54,13 @@ struct GenerationRequest {
   std::shared_ptr<const JsonSchema> json_schema;
   // Forced output (a forced tool call: OpenAI's tool_choice "required" or a named function, Anthropic's "any"
   // or "tool"): each choice begins with the tokens of one of `forced_prefixes` as the tokenizer encodes them
-  // (special tokens as themselves) — every other token is masked. Then, with `forced_json`, one JSON object
-  // (constrained as json_object is), after which the choice ends (kStop) with `forced_suffix` appended to its
-  // text (not generated); without it the text after the prefix is free. Needs a tokenizer; not with
-  // json_object.
+  // (special tokens as themselves) — every other token is masked. Then `forced_arguments` says what follows:
+  // free text (kFree), or one object of arguments — JSON (kJson, constrained as json_object is) or Gemma 4's
+  // argument syntax (kGemma4; JsonObjectConstraint::Syntax::kGemma4) — after which the choice ends (kStop)
+  // with `forced_suffix` appended to its text (not generated). Needs a tokenizer; not with json_object.
   std::vector<std::string> forced_prefixes;
-  bool forced_json = false;
-  // With forced_json: per prefix, the schema its JSON must satisfy (as json_schema), or null for any object;
+  ForcedArguments forced_arguments = ForcedArguments::kFree;
+  // With kJson: per prefix, the schema its JSON must satisfy (as json_schema), or null for any object;
   // empty: any object after every prefix.
   std::vector<std::shared_ptr<const JsonSchema>> forced_schemas;
   std::string forced_suffix;

@@ -210,16 +210,18 @@ ForcedToolCall forced_tool_call(OutputFormat format, const std::vector<std::stri
     const std::string quoted = nlohmann::json(name).dump();
     switch (format) {
       case OutputFormat::kGemma4:
-        f.prefixes.push_back("<|tool_call>call:" + name + "{");
+        f.prefixes.push_back("<|tool_call>call:" + name);
+        f.arguments = ForcedArguments::kGemma4;
+        f.suffix = "<tool_call|>";
         break;
       case OutputFormat::kQwen3:
         f.prefixes.push_back("<tool_call>\n{\"name\": " + quoted + ", \"arguments\": ");
-        f.json = true;
+        f.arguments = ForcedArguments::kJson;
         f.suffix = "}\n</tool_call>";
         break;
       case OutputFormat::kLlama3:
         f.prefixes.push_back("{\"name\": " + quoted + ", \"parameters\": ");
-        f.json = true;
+        f.arguments = ForcedArguments::kJson;
         f.suffix = "}";
         break;
       case OutputFormat::kPlain:

@@ -5,6 +5,8 @@
 // Pure functions and a small streaming state machine; the API layers (OpenAI, Anthropic) shape the results.
 #pragma once
 
+#include "lmx/engine/request.h"
+
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -72,13 +74,13 @@ AssistantOutput split_output(OutputFormat format, bool parse_tools, const std::s
 nlohmann::ordered_json parse_gemma4_arguments(const std::string& text);
 
 // How `format` is made to call one of `names` (a forced tool call: GenerationRequest's forced_prefixes,
-// forced_json, forced_suffix): per name the call's opening up to its arguments; Qwen 3 and Llama 3 then take
-// one JSON object of arguments (constrained to valid JSON) and their close is appended. Gemma 4's arguments
-// are its own syntax and stay unconstrained after the opening `<|tool_call>call:NAME{`. InvalidArgument for
-// kPlain (the template has no tool-call syntax) or no names.
+// forced_arguments, forced_suffix): per name the call's opening up to its arguments, then one object of
+// arguments constrained to the format's syntax — JSON for Qwen 3 and Llama 3, Gemma 4's own for Gemma 4 —
+// and the call's close appended. InvalidArgument for kPlain (the template has no tool-call syntax) or no
+// names.
 struct ForcedToolCall {
   std::vector<std::string> prefixes;
-  bool json = false;
+  ForcedArguments arguments = ForcedArguments::kFree;
   std::string suffix;
 };
 ForcedToolCall forced_tool_call(OutputFormat format, const std::vector<std::string>& names);

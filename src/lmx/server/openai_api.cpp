@@ -163,11 +163,11 @@ ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlo
     try {
       ForcedToolCall forced = forced_tool_call(r.output, forced_tools);
       r.generation.forced_prefixes = std::move(forced.prefixes);
-      r.generation.forced_json = forced.json;
+      r.generation.forced_arguments = forced.arguments;
       r.generation.forced_suffix = std::move(forced.suffix);
       // JSON arguments follow their tool's parameter schema when it is in the subset constrained decoding
       // enforces (json_schema_constraint.h); otherwise they are any JSON object.
-      if (forced.json)
+      if (forced.arguments == ForcedArguments::kJson)
         for (const std::string& name : forced_tools) {
           std::shared_ptr<const JsonSchema> schema;
           for (const auto& t : tools)

@@ -643,17 +643,21 @@ TEST(EngineText, JsonObjectOutputIsOneJsonObject) {
 }
 
 // A forced tool call: the text opens with one of the forced prefixes, written as the tokenizer encodes them
-// (Gemma 4's call opening, its special token first; free after it), or opens with one, then holds one JSON
-// object of arguments and the appended close (the Qwen 3 shape). A plain neighbour is unchanged.
+// (Gemma 4's call opening: its special token first), then holds one object of arguments — Gemma 4's syntax
+// or JSON (the Qwen 3 shape) — and the appended close. A plain neighbour is unchanged.
 TEST(EngineText, ForcedToolCallsOpenWithTheirPrefix) {
   auto model = test::load_model(test::source_path("models/demo"));
   const Tokenizer tokenizer = Tokenizer::load(test::source_path("models/demo"));
   GenerationRequest gemma;
   gemma.prompt = tokenizer.encode("What is the weather in Paris?", true);
-  gemma.max_tokens = 12;
+  gemma.max_tokens = 160;
   gemma.keep_special_tokens = true;
-  gemma.forced_prefixes = {"<|tool_call>call:get_weather{", "<|tool_call>call:get_time{"};
-  gemma.sampling.temperature = 0;
+  gemma.forced_prefixes = {"<|tool_call>call:get_weather", "<|tool_call>call:get_time"};
+  gemma.forced_arguments = ForcedArguments::kGemma4;
+  gemma.forced_suffix = "<tool_call|>";
+  gemma.n = 3;
+  gemma.sampling.temperature = 0.8f;
+  gemma.sampling.seed = 5;
   GenerationRequest qwen = gemma;
   qwen.max_tokens = 160;
   qwen.n = 3;
@@ -662,7 +666,7 @@ TEST(EngineText, ForcedToolCallsOpenWithTheirPrefix) {
   const std::vector<std::string> opens = {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ",
                                           "<tool_call>\n{\"name\": \"lookup\", \"arguments\": "};
   qwen.forced_prefixes = opens;
-  qwen.forced_json = true;
+  qwen.forced_arguments = ForcedArguments::kJson;
   qwen.forced_suffix = "}\n</tool_call>";
   GenerationRequest plain;
   plain.prompt = tokenizer.encode("Once upon a time", true);
@@ -672,9 +676,26 @@ TEST(EngineText, ForcedToolCallsOpenWithTheirPrefix) {
     return run_with_text(*model, tokenizer, requests);
   };
   const auto together = run({gemma, qwen, plain});
-  const std::string& g = together[0][0].text;
-  EXPECT_TRUE(g.rfind(gemma.forced_prefixes[0], 0) == 0 || g.rfind(gemma.forced_prefixes[1], 0) == 0) << g;
-  EXPECT_EQ(together[0][0].tokens[0], tokenizer.token_to_id("<|tool_call>")) << "the special token itself";
+  int gemma_closed = 0;
+  for (const Outcome& o : together[0]) {
+    ASSERT_TRUE(o.finish == FinishReason::kStop || o.finish == FinishReason::kLength) << o.error;
+    EXPECT_EQ(o.tokens[0], tokenizer.token_to_id("<|tool_call>")) << "the special token itself";
+    const auto open = std::find_if(gemma.forced_prefixes.begin(), gemma.forced_prefixes.end(),
+                                   [&](const std::string& p) { return o.text.rfind(p, 0) == 0; });
+    ASSERT_NE(open, gemma.forced_prefixes.end()) << o.text;
+    // The arguments: an object of Gemma 4's syntax, whole when the choice stopped (then the close follows).
+    std::string arguments = o.text.substr(open->size());
+    if (o.finish == FinishReason::kStop) {
+      ++gemma_closed;
+      ASSERT_GE(arguments.size(), gemma.forced_suffix.size());
+      EXPECT_EQ(arguments.substr(arguments.size() - gemma.forced_suffix.size()), gemma.forced_suffix);
+      arguments.resize(arguments.size() - gemma.forced_suffix.size());
+    }
+    JsonObjectConstraint c(JsonObjectConstraint::Syntax::kGemma4);
+    EXPECT_TRUE(c.accept(arguments)) << o.text;
+    EXPECT_EQ(c.complete(), o.finish == FinishReason::kStop) << o.text;
+  }
+  std::printf("Gemma 4 forced calls closed: %d of 3; first: %s\n", gemma_closed, together[0][0].text.c_str());
   int closed = 0;
   for (const Outcome& o : together[1]) {
     ASSERT_TRUE(o.finish == FinishReason::kStop || o.finish == FinishReason::kLength) << o.error;
