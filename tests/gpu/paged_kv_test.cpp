@@ -213,7 +213,10 @@ TEST_P(CudaPagedModels, SnapshotsMoveBetweenBackends) {
 // The quantized codecs through the model: a device sequence's coded KV saved and loaded into a second device
 // model continues with the same logits (bit for bit); loaded into a CPU model of the same codec — the same
 // stored bytes, read by the CPU's attention — it continues with logits within the demo model's bf16
-// CPU-to-CUDA distance (0.07 measured; bound 0.25).
+// CPU-to-CUDA distance (0.07 measured; bound 0.25) or, where larger, within what the codec itself changes
+// (the CPU's logits with the codec against bf16 KV): each backend codes its new tokens' K and V, computed a
+// little differently, and with 4-bit keys a code can round the other way — a change of the codec's own size.
+// (The codes themselves and attention over them are compared exactly in CudaKvCodecs.)
 TEST(CudaPagedKv, QuantizedCodecsContinueOnEitherBackend) {
   SKIP_WITHOUT_GPU();
   const std::string dir = test::reference_model_dir("models/demo");
@@ -224,9 +227,13 @@ TEST(CudaPagedKv, QuantizedCodecsContinueOnEitherBackend) {
     o.kv_codec = KvCodec::parse(spec);
     auto gpu = test::load_model(dir, kGpu, o), gpu2 = test::load_model(dir, kGpu, o);
     auto cpu = test::load_model(dir, Device::cpu(), o);
+    ModelOptions bf16;
+    bf16.kv_codec = KvCodec(KvCodecKind::kBf16);
+    auto cpu_bf16 = test::load_model(dir, Device::cpu(), bf16);
     const auto prompt = prompt_of(150, gpu->description().vocab_size, 5);
-    auto seq = gpu->new_sequence();
+    auto seq = gpu->new_sequence(), plain = cpu_bf16->new_sequence();
     run(*gpu, *seq, prompt);
+    run(*cpu_bf16, *plain, prompt);
     test::TempDir tmp;
     save_kv_snapshot(tmp.file("kv"), gpu->kv_cache(), gpu->kv_cache().own(seq.get()), prompt, id);
     KvSnapshot on_gpu = load_kv_snapshot(tmp.file("kv"), gpu2->kv_cache(), id);
@@ -234,14 +241,20 @@ TEST(CudaPagedKv, QuantizedCodecsContinueOnEitherBackend) {
     for (int32_t t : {7, 11, 13, 17}) {
       const Tensor x = run(*gpu, *seq, std::span(&t, 1));
       EXPECT_EQ(test::max_abs_diff(x, run(*gpu2, *on_gpu.sequence, std::span(&t, 1))), 0.0f);
-      EXPECT_LE(test::max_abs_diff(x, run(*cpu, *on_cpu.sequence, std::span(&t, 1))), 0.25f);
+      const Tensor y = run(*cpu, *on_cpu.sequence, std::span(&t, 1));
+      const float across = test::max_abs_diff(x, y);
+      const float codec = test::max_abs_diff(y, run(*cpu_bf16, *plain, std::span(&t, 1)));
+      std::printf("%s token %d: CPU-CUDA %.3f, codec vs bf16 on the CPU %.3f\n", spec, t, across, codec);
+      EXPECT_LE(across, std::max(0.25f, codec));
     }
   }
 }
 
 // A KV quantization start on the device: below it the logits are the bf16 cache's bit for bit; decode steps
 // (graphed) run up to it, the sequence converts there (on the host, through the device memory) and decodes
-// on, within the bf16 CPU-to-CUDA distance of the CPU doing the same.
+// on, within the bf16 CPU-to-CUDA distance of the CPU doing the same or, past the start, within what the
+// codec itself changes there (as in QuantizedCodecsContinueOnEitherBackend; here each backend also converts
+// its own bf16 history, computed a little differently).
 TEST(CudaPagedKv, QuantStartMatchesItsBf16PrefixAndTheCpu) {
   SKIP_WITHOUT_GPU();
   const std::string dir = test::reference_model_dir("models/demo");
@@ -254,16 +267,23 @@ TEST(CudaPagedKv, QuantStartMatchesItsBf16PrefixAndTheCpu) {
     ModelOptions bf16;
     bf16.kv_codec = KvCodec(KvCodecKind::kBf16);
     auto gpu = test::load_model(dir, kGpu, o), plain = test::load_model(dir, kGpu, bf16);
-    auto cpu = test::load_model(dir, Device::cpu(), o);
+    auto cpu = test::load_model(dir, Device::cpu(), o), cpu_bf16 = test::load_model(dir, Device::cpu(), bf16);
     const auto prompt = prompt_of(90, gpu->description().vocab_size, 9);
-    auto seq = gpu->new_sequence(), ref = plain->new_sequence(), host = cpu->new_sequence();
+    auto seq = gpu->new_sequence(), ref = plain->new_sequence(), host = cpu->new_sequence(),
+         host_bf16 = cpu_bf16->new_sequence();
     const Tensor a = run(*gpu, *seq, prompt, true), b = run(*plain, *ref, prompt, true);
     EXPECT_EQ(test::max_abs_diff(a, b), 0.0f);
     run(*cpu, *host, prompt);
+    run(*cpu_bf16, *host_bf16, prompt);
     for (int i = 0; i < 20; ++i) {  // positions 90 .. 109: graphs before the start, the conversion, after
       const int32_t t = static_cast<int32_t>(5 + i * 13);
       const Tensor x = run(*gpu, *seq, std::span(&t, 1)), y = run(*cpu, *host, std::span(&t, 1));
-      EXPECT_LE(test::max_abs_diff(x, y), 0.25f) << "position " << 90 + i;
+      const float across = test::max_abs_diff(x, y);
+      const float codec = test::max_abs_diff(y, run(*cpu_bf16, *host_bf16, std::span(&t, 1)));
+      if (90 + i < kStart) EXPECT_EQ(codec, 0.0f) << "position " << 90 + i << ": bf16 below the start";
+      std::printf("%s position %d: CPU-CUDA %.3f, codec vs bf16 on the CPU %.3f\n", spec, 90 + i, across,
+                  codec);
+      EXPECT_LE(across, std::max(0.25f, codec)) << "position " << 90 + i;
     }
     EXPECT_FALSE(gpu->kv_cache().own(seq.get()).before_quant_start());
     EXPECT_EQ(gpu->kv_cache().own(seq.get()).min_reusable_offset(), kStart);

@@ -59,7 +59,9 @@ struct Engine::Choice : ScheduledSequence {
     std::optional<JsonObjectConstraint> any;
     std::optional<JsonSchemaConstraint> schema;
     bool accept(std::string_view t) { return schema ? schema->accept(t) : any->accept(t); }
+    bool allows(std::string_view t) const { return schema ? schema->allows(t) : any->allows(t); }
     bool complete() const { return schema ? schema->complete() : any->complete(); }
+    JsonSyntax syntax() const { return schema ? schema->syntax() : any->syntax(); }
   };
   std::optional<JsonOutput> json;
   std::optional<ForcedTokens> forced;  // forced_prefixes, until one is written
@@ -124,9 +126,13 @@ void Engine::validate(const GenerationRequest& r) const {
   LMX_REQUIRE(InvalidArgument, r.forced_arguments == ForcedArguments::kFree || !r.forced_prefixes.empty(),
               "request: forced arguments need forced prefixes");
   LMX_REQUIRE(InvalidArgument,
-              r.forced_schemas.empty() || (r.forced_arguments == ForcedArguments::kJson &&
+              r.forced_schemas.empty() || (r.forced_arguments != ForcedArguments::kFree &&
                                            r.forced_schemas.size() == r.forced_prefixes.size()),
-              "request: forced schemas need forced JSON arguments and one per forced prefix");
+              "request: forced schemas need forced arguments and one per forced prefix");
+  for (const auto& schema : r.forced_schemas)
+    LMX_REQUIRE(InvalidArgument,
+                !schema || r.forced_arguments != ForcedArguments::kGemma4 || schema->gemma4_writable(),
+                "request: a forced schema that Gemma 4's argument syntax cannot write");
   for (const std::string& p : r.forced_prefixes)
     LMX_REQUIRE(InvalidArgument, !p.empty(), "request: a forced prefix is empty");
   LMX_REQUIRE(InvalidArgument, r.conversation == nullptr || r.n == 1,
@@ -185,7 +191,7 @@ void Engine::admit(Incoming in) {
   if ((r.spec.json_object || r.spec.json_schema || r.spec.forced_arguments != ForcedArguments::kFree) &&
       vocabulary_.empty()) {
     vocabulary_ = ConstraintVocabulary(*tokenizer_, model_.description().vocab_size);
-    const int32_t quote = tokenizer_->token_to_id(JsonObjectConstraint::kGemma4Quote);
+    const int32_t quote = tokenizer_->token_to_id(kGemma4Quote);
     if (quote >= 0 && quote < model_.description().vocab_size && vocabulary_.text(quote).empty())
       gemma4_quote_id_ = quote;
   }
@@ -309,12 +315,12 @@ void Engine::pick(Pick& p) const {
       };
       if (c.forced && !c.forced->complete()) {
         for (int32_t id : c.forced->next()) allow(id);
-      } else if (c.json->schema) {
-        vocabulary_.for_each_allowed(*c.json->schema, allow);
       } else {
-        vocabulary_.for_each_allowed(*c.json->any, allow);
-        if (gemma4_quote_id_ >= 0 && c.json->any->syntax() == JsonObjectConstraint::Syntax::kGemma4 &&
-            c.json->any->allows(JsonObjectConstraint::kGemma4Quote))
+        if (c.json->schema)
+          vocabulary_.for_each_allowed(*c.json->schema, allow);
+        else
+          vocabulary_.for_each_allowed(*c.json->any, allow);
+        if (gemma4_quote_id_ >= 0 && c.json->syntax() == JsonSyntax::kGemma4 && c.json->allows(kGemma4Quote))
           allow(gemma4_quote_id_);
       }
       LMX_REQUIRE(InvalidArgument, any, "constrained output: no token of the vocabulary continues it");
@@ -348,26 +354,19 @@ std::optional<FinishReason> Engine::apply(const Pick& p, RequestEvent& event) {
   event.text += c.text.feed(token);
   if (c.forced && !c.forced->complete()) {
     c.forced->accept(token);
-    // The arguments of the tool whose opening was written: JSON (its schema when it has one, else any
-    // object) or Gemma 4's syntax.
-    const size_t which = static_cast<size_t>(c.forced->completed());
-    if (c.forced->complete()) {
-      switch (spec.forced_arguments) {
-        case ForcedArguments::kFree:
-          break;
-        case ForcedArguments::kJson:
-          if (which < spec.forced_schemas.size() && spec.forced_schemas[which])
-            c.json.emplace().schema.emplace(spec.forced_schemas[which]);
-          else
-            c.json.emplace().any.emplace();
-          break;
-        case ForcedArguments::kGemma4:
-          c.json.emplace().any.emplace(JsonObjectConstraint::Syntax::kGemma4);
-          break;
-      }
+    // The arguments of the tool whose opening was written, in JSON or Gemma 4's syntax: what its schema
+    // accepts when it has one, else any object.
+    if (c.forced->complete() && spec.forced_arguments != ForcedArguments::kFree) {
+      const size_t which = static_cast<size_t>(c.forced->completed());
+      const JsonSyntax syntax =
+          spec.forced_arguments == ForcedArguments::kGemma4 ? JsonSyntax::kGemma4 : JsonSyntax::kJson;
+      if (which < spec.forced_schemas.size() && spec.forced_schemas[which])
+        c.json.emplace().schema.emplace(spec.forced_schemas[which], syntax);
+      else
+        c.json.emplace().any.emplace(syntax);
     }
   } else if (c.json) {
-    c.json->accept(token == gemma4_quote_id_ ? JsonObjectConstraint::kGemma4Quote : vocabulary_.text(token));
+    c.json->accept(token == gemma4_quote_id_ ? kGemma4Quote : vocabulary_.text(token));
     if (c.json->complete()) {
       event.text += c.text.finish();
       event.text += spec.forced_suffix;

@@ -3,17 +3,10 @@
 
 namespace lmx {
 using json_bytes::is_digit;
+using json_bytes::is_gemma4_key_byte;
+using json_bytes::is_gemma4_key_start;
 using json_bytes::is_hex;
 using json_bytes::is_space;
-
-namespace {
-bool is_key_start(uint8_t b) {
-  return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '_';
-}
-bool is_key_byte(uint8_t b) {
-  return is_key_start(b) || is_digit(b) || b == '.' || b == '-';
-}
-}  // namespace
 
 bool JsonObjectConstraint::allows(std::string_view text) const {
   JsonObjectConstraint copy = *this;
@@ -27,7 +20,7 @@ bool JsonObjectConstraint::accept(std::string_view text) {
 // Whitespace between tokens: JSON's, in runs of at most kMaxWhitespace bytes; none in Gemma 4's syntax (its
 // template writes none, and a model should not pad).
 bool JsonObjectConstraint::whitespace() {
-  return syntax_ == Syntax::kJson && ++whitespace_run_ <= kMaxWhitespace;
+  return syntax_ == JsonSyntax::kJson && ++whitespace_run_ <= kMaxWhitespace;
 }
 
 bool JsonObjectConstraint::start_value(uint8_t b) {
@@ -40,12 +33,12 @@ bool JsonObjectConstraint::start_value(uint8_t b) {
       state_ = b == '{' ? State::kObjectFirst : State::kArrayFirst;
       return true;
     case '"':
-      if (syntax_ != Syntax::kJson) return false;
+      if (syntax_ != JsonSyntax::kJson) return false;
       string_is_key_ = false;
       state_ = State::kString;
       return true;
     case '<':
-      if (syntax_ != Syntax::kGemma4) return false;
+      if (syntax_ != JsonSyntax::kGemma4) return false;
       string_is_key_ = false;
       quote_matched_ = 1;
       state_ = State::kQuoteOpen;
@@ -135,8 +128,8 @@ bool JsonObjectConstraint::step(uint8_t b) {
         state_ = depth_ == 0 ? State::kDone : State::kAfterValue;
         return true;
       }
-      if (syntax_ == Syntax::kGemma4) {
-        if (!is_key_start(b)) return false;
+      if (syntax_ == JsonSyntax::kGemma4) {
+        if (!is_gemma4_key_start(b)) return false;
         state_ = State::kBareKey;
         return true;
       }
@@ -149,7 +142,7 @@ bool JsonObjectConstraint::step(uint8_t b) {
         state_ = State::kValue;
         return true;
       }
-      return is_key_byte(b);
+      return is_gemma4_key_byte(b);
     case State::kQuoteOpen:
       if (b != static_cast<uint8_t>(kGemma4Quote[static_cast<size_t>(quote_matched_)])) return false;
       if (++quote_matched_ == static_cast<int>(kGemma4Quote.size())) {
@@ -165,7 +158,7 @@ bool JsonObjectConstraint::step(uint8_t b) {
     case State::kAfterValue:
       return after_value(b);
     case State::kString:
-      if (syntax_ == Syntax::kGemma4) return gemma4_string(b);
+      if (syntax_ == JsonSyntax::kGemma4) return gemma4_string(b);
       if (b == '"') {
         state_ = string_is_key_ ? State::kColon : State::kAfterValue;
         return true;

@@ -17,6 +17,11 @@
 
 namespace lmx {
 
+// The syntax a JSON automaton reads: JSON, or Gemma 4's tool-call argument syntax (above), whose strings are
+// delimited by kGemma4Quote.
+enum class JsonSyntax : uint8_t { kJson, kGemma4 };
+inline constexpr std::string_view kGemma4Quote = "<|\"|>";
+
 // What the JSON automata share: JSON's byte classes, and feeding a text byte by byte with the automaton's
 // state restored when a byte is refused.
 namespace json_bytes {
@@ -28,6 +33,19 @@ inline bool is_digit(uint8_t b) {
 }
 inline bool is_hex(uint8_t b) {
   return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
+// Gemma 4's bare keys: [A-Za-z_][A-Za-z0-9_.-]*.
+inline bool is_gemma4_key_start(uint8_t b) {
+  return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '_';
+}
+inline bool is_gemma4_key_byte(uint8_t b) {
+  return is_gemma4_key_start(b) || is_digit(b) || b == '.' || b == '-';
+}
+inline bool is_gemma4_key(std::string_view key) {
+  if (key.empty() || !is_gemma4_key_start(static_cast<uint8_t>(key[0]))) return false;
+  for (char c : key)
+    if (!is_gemma4_key_byte(static_cast<uint8_t>(c))) return false;
+  return true;
 }
 // `automaton.step(byte)` over `text`; false, with the automaton as it was, when a byte is refused.
 template <class Automaton>
@@ -44,9 +62,7 @@ bool accept_all(Automaton& automaton, std::string_view text) {
 
 class JsonObjectConstraint {
  public:
-  enum class Syntax : uint8_t { kJson, kGemma4 };
-  static constexpr std::string_view kGemma4Quote = "<|\"|>";
-  explicit JsonObjectConstraint(Syntax syntax = Syntax::kJson) : syntax_(syntax) {}
+  explicit JsonObjectConstraint(JsonSyntax syntax = JsonSyntax::kJson) : syntax_(syntax) {}
 
   // Containers nest at most this deep; runs of whitespace between tokens are at most kMaxWhitespace bytes
   // long (so a model cannot pad forever).
@@ -57,7 +73,7 @@ class JsonObjectConstraint {
   bool allows(std::string_view text) const;
   // Advances over `text`; false (state unchanged) when some byte is refused.
   bool accept(std::string_view text);
-  Syntax syntax() const { return syntax_; }
+  JsonSyntax syntax() const { return syntax_; }
   // Whether the object has closed (only whitespace may follow).
   bool complete() const { return state_ == State::kDone; }
   // Whether it is inside a string (where any text without '"', '\' or control bytes is accepted).
@@ -96,7 +112,7 @@ class JsonObjectConstraint {
   bool whitespace();
   bool gemma4_string(uint8_t byte);  // a byte inside a Gemma 4 string
 
-  Syntax syntax_;
+  JsonSyntax syntax_;
 
   State state_ = State::kStart;
   std::array<char, kMaxDepth> stack_{};  // '{' or '[' per open container (a copy is cheap: allows())

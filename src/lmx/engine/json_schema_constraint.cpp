@@ -86,6 +86,13 @@ int JsonSchema::add(const nlohmann::json& s, const std::string& at) {
     LMX_REQUIRE(InvalidArgument, v.is_string() || v.is_boolean() || v.is_null(),
                 "{}: only strings, booleans and null are supported as enum or const values", where);
     n.literals.push_back(v.dump());
+    if (v.is_string()) {
+      const std::string text = v.get<std::string>();
+      if (text.find(kGemma4Quote) != std::string::npos) gemma4_writable_ = false;
+      n.gemma4_literals.push_back(std::string(kGemma4Quote) + text + std::string(kGemma4Quote));
+    } else {
+      n.gemma4_literals.push_back(v.dump());
+    }
   };
   if (s.contains("enum")) {
     LMX_REQUIRE(InvalidArgument, s["enum"].is_array() && !s["enum"].empty(),
@@ -98,6 +105,7 @@ int JsonSchema::add(const nlohmann::json& s, const std::string& at) {
   if (!n.enumerated) {
     if (n.types & kBoolean) n.literals = {"true", "false"};
     if (n.types & kNull) n.literals.push_back("null");
+    n.gemma4_literals = n.literals;
   }
   if (n.types & kObject) {
     if (s.contains("properties")) {
@@ -108,6 +116,7 @@ int JsonSchema::add(const nlohmann::json& s, const std::string& at) {
           LMX_REQUIRE(InvalidArgument, c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20,
                       "{}: property name \"{}\" needs escaping, which constrained decoding does not write",
                       at, name);
+        if (!json_bytes::is_gemma4_key(name)) gemma4_writable_ = false;
         n.property_names.push_back(name);
         n.property_nodes.push_back(add(sub, at + ".properties." + name));
       }
@@ -131,9 +140,12 @@ int JsonSchema::add(const nlohmann::json& s, const std::string& at) {
   return index;
 }
 
-JsonSchemaConstraint::JsonSchemaConstraint(std::shared_ptr<const JsonSchema> schema)
-    : schema_(std::move(schema)) {
+JsonSchemaConstraint::JsonSchemaConstraint(std::shared_ptr<const JsonSchema> schema, JsonSyntax syntax)
+    : schema_(std::move(schema)), syntax_(syntax) {
   LMX_REQUIRE(InvalidArgument, schema_ != nullptr, "a JSON schema constraint needs a schema");
+  LMX_REQUIRE(InvalidArgument, syntax_ == JsonSyntax::kJson || schema_->gemma4_writable(),
+              "schema: Gemma 4's argument syntax cannot write it (a property name that is not a bare key "
+              "[A-Za-z_][A-Za-z0-9_.-]*, or a string value holding <|\"|>)");
   stack_.push_back(make(Kind::kValue, 0));
 }
 
@@ -146,8 +158,38 @@ bool JsonSchemaConstraint::accept(std::string_view text) {
   return json_bytes::accept_all(*this, text);
 }
 
+// None in Gemma 4's syntax.
 bool JsonSchemaConstraint::whitespace() {
-  return ++whitespace_run_ <= kMaxWhitespace;
+  return syntax_ == JsonSyntax::kJson && ++whitespace_run_ <= kMaxWhitespace;
+}
+
+bool JsonSchemaConstraint::property_value() {
+  Frame& object = stack_.back();
+  object.seen |= uint64_t{1} << object.key;
+  object.state = kObjAfterValue;
+  const int node = schema_->node(object.node).property_nodes[static_cast<size_t>(object.key)];
+  stack_.push_back(make(Kind::kValue, node));
+  return true;
+}
+
+// Inside a Gemma 4 string every byte is content until the bytes of <|"|> have been read in a row ('<' opens
+// the delimiter and appears nowhere else in it, so a count of the bytes matched is enough); opening one, only
+// the delimiter's next byte.
+bool JsonSchemaConstraint::gemma4_string(Frame& f, uint8_t b) {
+  const bool opening = f.state >= kGemma4Opening;
+  const size_t matched = opening ? f.state - kGemma4Opening : f.state;
+  if (b == static_cast<uint8_t>(kGemma4Quote[matched])) {
+    if (matched + 1 < kGemma4Quote.size()) {
+      f.state = static_cast<uint8_t>(f.state + 1);
+      return true;
+    }
+    if (!opening) return value_done();
+    f.state = 0;
+    return true;
+  }
+  if (opening) return false;
+  f.state = b == '<' ? 1 : 0;
+  return true;
 }
 
 bool JsonSchemaConstraint::value_done() {
@@ -166,7 +208,7 @@ bool JsonSchemaConstraint::start_value(Frame& f, uint8_t b) {
   if (n.enumerated || b == 't' || b == 'f' || b == 'n') {
     const std::string first(1, static_cast<char>(b));
     bool whole = false;
-    if (!fits_some(n.literals, first, &whole)) return false;
+    if (!fits_some(literals(n), first, &whole)) return false;
     f.kind = Kind::kLiteral;
     f.text = first;
     return true;
@@ -184,9 +226,14 @@ bool JsonSchemaConstraint::start_value(Frame& f, uint8_t b) {
     f.state = kArrFirst;
     return true;
   }
-  if (b == '"' && (n.types & JsonSchema::kString)) {
+  if (b == '"' && (n.types & JsonSchema::kString) && syntax_ == JsonSyntax::kJson) {
     f.kind = Kind::kString;
     f.state = 0;
+    return true;
+  }
+  if (b == '<' && (n.types & JsonSchema::kString) && syntax_ == JsonSyntax::kGemma4) {
+    f.kind = Kind::kString;
+    f.state = kGemma4Opening + 1;
     return true;
   }
   if ((b == '-' || is_digit(b)) && (n.types & (JsonSchema::kNumber | JsonSchema::kInteger))) {
@@ -209,11 +256,12 @@ bool JsonSchemaConstraint::step(uint8_t b) {
     case Kind::kLiteral: {
       const std::string text = f.text + static_cast<char>(b);
       bool whole = false;
-      if (!fits_some(n.literals, text, &whole)) return false;
+      if (!fits_some(literals(n), text, &whole)) return false;
       f.text = text;
       return whole ? value_done() : true;
     }
     case Kind::kString:
+      if (syntax_ == JsonSyntax::kGemma4) return gemma4_string(f, b);
       if (f.state == 0) {
         if (b == '"') return value_done();
         if (b == '\\') f.state = 1;
@@ -270,11 +318,13 @@ bool JsonSchemaConstraint::step(uint8_t b) {
     }
     case Kind::kKey: {
       const JsonSchema::Node& object = n;  // a key frame carries its object's node and seen set
-      if (b == '"') {
+      // A key ends at its closing '"' (JSON; the ':' follows) or at the ':' (Gemma 4; the value follows).
+      if (b == (syntax_ == JsonSyntax::kJson ? '"' : ':')) {
         for (size_t i = 0; i < object.property_names.size(); ++i)
           if (!(f.seen >> i & 1) && object.property_names[i] == f.text) {
             stack_.pop_back();
             stack_.back().key = static_cast<int>(i);
+            if (syntax_ == JsonSyntax::kGemma4) return property_value();
             stack_.back().state = kObjColon;
             return true;
           }
@@ -298,20 +348,19 @@ bool JsonSchemaConstraint::step(uint8_t b) {
       switch (f.state) {
         case kObjFirst:
         case kObjNextKey:
-          if (b == '"' && keys_left) {
-            const uint64_t seen = f.seen;
-            const int node = f.node;
-            stack_.push_back(make(Kind::kKey, node, seen));
+          if (b == '}' && f.state == kObjFirst && can_close) return value_done();
+          if (keys_left && syntax_ == JsonSyntax::kJson && b == '"') {
+            stack_.push_back(make(Kind::kKey, f.node, f.seen));
             return true;
           }
-          if (b == '}' && f.state == kObjFirst && can_close) return value_done();
+          if (keys_left && syntax_ == JsonSyntax::kGemma4 && b != '}') {  // a bare key starts with this byte
+            stack_.push_back(make(Kind::kKey, f.node, f.seen));
+            return step(b);
+          }
           return false;
         case kObjColon:
           if (b != ':') return false;
-          f.seen |= uint64_t{1} << f.key;
-          f.state = kObjAfterValue;
-          stack_.push_back(make(Kind::kValue, n.property_nodes[static_cast<size_t>(f.key)]));
-          return true;
+          return property_value();
         case kObjAfterValue:
           if (b == ',' && keys_left) return f.state = kObjNextKey, true;
           if (b == '}' && can_close) return value_done();

@@ -11,7 +11,14 @@
 // "strict" are ignored. Anything else — "$ref", "anyOf", "pattern", numeric enums, more than 64 properties —
 // is refused by compile() with InvalidArgument naming the keyword, so a schema is never silently enforced in
 // part.
+//
+// With JsonSyntax::kGemma4 it reads Gemma 4's tool-call argument syntax instead (json_constraint.h): the same
+// schema, keys bare, strings and string enum values between <|"|> delimiters, no whitespace. Only schemas
+// whose property names are bare keys and whose string literals hold no delimiter can be written so
+// (JsonSchema::gemma4_writable).
 #pragma once
+
+#include "lmx/engine/json_constraint.h"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -22,11 +29,6 @@
 #include <vector>
 
 namespace lmx {
-
-namespace json_bytes {
-template <class Automaton>
-bool accept_all(Automaton& automaton, std::string_view text);
-}  // namespace json_bytes
 
 class JsonSchema {
  public:
@@ -50,14 +52,19 @@ class JsonSchema {
     // The values written as fixed text: the enum/const values as JSON text, else true/false/null as `types`
     // allow (strings and numbers are not fixed).
     std::vector<std::string> literals;
+    std::vector<std::string> gemma4_literals;  // the same values in Gemma 4's syntax
   };
   // Compiles `schema`; InvalidArgument naming what is outside the subset.
   static std::shared_ptr<const JsonSchema> compile(const nlohmann::json& schema);
   const Node& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
+  // Whether Gemma 4's syntax can write every document the schema accepts: its property names are bare keys
+  // and its string literals hold no <|"|>.
+  bool gemma4_writable() const { return gemma4_writable_; }
 
  private:
   int add(const nlohmann::json& schema, const std::string& at);
   std::vector<Node> nodes_;
+  bool gemma4_writable_ = true;
 };
 
 class JsonSchemaConstraint {
@@ -65,7 +72,9 @@ class JsonSchemaConstraint {
   static constexpr int kMaxWhitespace = 16;
   static constexpr int kMaxDepth = 64;
 
-  explicit JsonSchemaConstraint(std::shared_ptr<const JsonSchema> schema);
+  // InvalidArgument for a kGemma4 syntax over a schema that is not gemma4_writable().
+  explicit JsonSchemaConstraint(std::shared_ptr<const JsonSchema> schema,
+                                JsonSyntax syntax = JsonSyntax::kJson);
   // Whether every byte of `text` is accepted from the current state (the state does not change).
   bool allows(std::string_view text) const;
   // Advances over `text`; false (state unchanged) when some byte is refused.
@@ -74,11 +83,16 @@ class JsonSchemaConstraint {
   bool complete() const { return done_; }
   // Whether it is inside a string value (where any text without '"', '\' or control bytes is accepted).
   bool in_string() const {
-    return !stack_.empty() && stack_.back().kind == Kind::kString && stack_.back().state == 0;
+    if (stack_.empty() || stack_.back().kind != Kind::kString) return false;
+    return syntax_ == JsonSyntax::kJson ? stack_.back().state == 0 : stack_.back().state < kGemma4Opening;
   }
+  JsonSyntax syntax() const { return syntax_; }
 
  private:
   enum class Kind : uint8_t { kValue, kObject, kArray, kString, kKey, kNumber, kLiteral };
+  // A Gemma 4 string's state: inside it, the bytes of the delimiter just read (0-4); opening it,
+  // kGemma4Opening + the bytes of the opening delimiter read.
+  static constexpr uint8_t kGemma4Opening = 8;
   struct Frame {
     Kind kind = Kind::kValue;
     int node = 0;
@@ -99,9 +113,15 @@ class JsonSchemaConstraint {
   bool step(uint8_t byte);
   bool start_value(Frame& frame, uint8_t byte);  // frame: the kValue frame being replaced
   bool value_done();                             // pops a finished value; its parent goes on
+  bool property_value();                         // the key of the object on top is written: its value next
+  bool gemma4_string(Frame& frame, uint8_t byte);
+  const std::vector<std::string>& literals(const JsonSchema::Node& node) const {
+    return syntax_ == JsonSyntax::kJson ? node.literals : node.gemma4_literals;
+  }
   bool whitespace();
 
   std::shared_ptr<const JsonSchema> schema_;
+  JsonSyntax syntax_;
   std::vector<Frame> stack_;
   bool done_ = false;
   int whitespace_run_ = 0;

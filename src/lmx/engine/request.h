@@ -56,12 +56,12 @@ struct GenerationRequest {
   // or "tool"): each choice begins with the tokens of one of `forced_prefixes` as the tokenizer encodes them
   // (special tokens as themselves) — every other token is masked. Then `forced_arguments` says what follows:
   // free text (kFree), or one object of arguments — JSON (kJson, constrained as json_object is) or Gemma 4's
-  // argument syntax (kGemma4; JsonObjectConstraint::Syntax::kGemma4) — after which the choice ends (kStop)
+  // argument syntax (kGemma4; JsonSyntax::kGemma4) — after which the choice ends (kStop)
   // with `forced_suffix` appended to its text (not generated). Needs a tokenizer; not with json_object.
   std::vector<std::string> forced_prefixes;
   ForcedArguments forced_arguments = ForcedArguments::kFree;
-  // With kJson: per prefix, the schema its JSON must satisfy (as json_schema), or null for any object;
-  // empty: any object after every prefix.
+  // With kJson or kGemma4: per prefix, the schema its arguments must satisfy (as json_schema; for kGemma4 one
+  // that JsonSchema::gemma4_writable), or null for any object; empty: any object after every prefix.
   std::vector<std::shared_ptr<const JsonSchema>> forced_schemas;
   std::string forced_suffix;
   std::shared_ptr<Conversation> conversation;  // optional: KV kept across requests (n must be 1)

@@ -165,9 +165,10 @@ ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlo
       r.generation.forced_prefixes = std::move(forced.prefixes);
       r.generation.forced_arguments = forced.arguments;
       r.generation.forced_suffix = std::move(forced.suffix);
-      // JSON arguments follow their tool's parameter schema when it is in the subset constrained decoding
-      // enforces (json_schema_constraint.h); otherwise they are any JSON object.
-      if (forced.arguments == ForcedArguments::kJson)
+      // Arguments follow their tool's parameter schema when it is in the subset constrained decoding
+      // enforces (json_schema_constraint.h) and, for Gemma 4, its syntax can write it; otherwise they are
+      // any object.
+      if (forced.arguments != ForcedArguments::kFree)
         for (const std::string& name : forced_tools) {
           std::shared_ptr<const JsonSchema> schema;
           for (const auto& t : tools)
@@ -178,6 +179,8 @@ ApiRequest render_chat_request(const nlohmann::ordered_json& messages, const nlo
                 schema = nullptr;
               }
             }
+          if (schema && forced.arguments == ForcedArguments::kGemma4 && !schema->gemma4_writable())
+            schema = nullptr;
           r.generation.forced_schemas.push_back(std::move(schema));
         }
     } catch (const InvalidArgument& e) {

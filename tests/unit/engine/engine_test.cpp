@@ -654,11 +654,18 @@ TEST(EngineText, ForcedToolCallsOpenWithTheirPrefix) {
   gemma.keep_special_tokens = true;
   gemma.forced_prefixes = {"<|tool_call>call:get_weather", "<|tool_call>call:get_time"};
   gemma.forced_arguments = ForcedArguments::kGemma4;
+  // get_weather's arguments: what the schema accepts; get_time's: any object. (A second request: any object
+  // for both.)
+  gemma.forced_schemas = {JsonSchema::compile(nlohmann::json::parse(
+                              R"({"type": "object", "properties": {"metric": {"type": "boolean"}},
+                                  "required": ["metric"]})")),
+                          nullptr};
   gemma.forced_suffix = "<tool_call|>";
   gemma.n = 3;
   gemma.sampling.temperature = 0.8f;
   gemma.sampling.seed = 5;
   GenerationRequest qwen = gemma;
+  qwen.forced_schemas.clear();
   qwen.max_tokens = 160;
   qwen.n = 3;
   qwen.sampling.temperature = 0.8f;
@@ -675,27 +682,41 @@ TEST(EngineText, ForcedToolCallsOpenWithTheirPrefix) {
   auto run = [&](std::vector<GenerationRequest> requests) {
     return run_with_text(*model, tokenizer, requests);
   };
-  const auto together = run({gemma, qwen, plain});
+  GenerationRequest gemma_free = gemma;
+  gemma_free.forced_schemas.clear();
+  const auto together = run({gemma, qwen, plain, gemma_free});
   int gemma_closed = 0;
-  for (const Outcome& o : together[0]) {
-    ASSERT_TRUE(o.finish == FinishReason::kStop || o.finish == FinishReason::kLength) << o.error;
-    EXPECT_EQ(o.tokens[0], tokenizer.token_to_id("<|tool_call>")) << "the special token itself";
-    const auto open = std::find_if(gemma.forced_prefixes.begin(), gemma.forced_prefixes.end(),
-                                   [&](const std::string& p) { return o.text.rfind(p, 0) == 0; });
-    ASSERT_NE(open, gemma.forced_prefixes.end()) << o.text;
-    // The arguments: an object of Gemma 4's syntax, whole when the choice stopped (then the close follows).
-    std::string arguments = o.text.substr(open->size());
-    if (o.finish == FinishReason::kStop) {
-      ++gemma_closed;
-      ASSERT_GE(arguments.size(), gemma.forced_suffix.size());
-      EXPECT_EQ(arguments.substr(arguments.size() - gemma.forced_suffix.size()), gemma.forced_suffix);
-      arguments.resize(arguments.size() - gemma.forced_suffix.size());
+  for (int which : {0, 3})
+    for (const Outcome& o : together[static_cast<size_t>(which)]) {
+      ASSERT_TRUE(o.finish == FinishReason::kStop || o.finish == FinishReason::kLength) << o.error;
+      EXPECT_EQ(o.tokens[0], tokenizer.token_to_id("<|tool_call>")) << "the special token itself";
+      const auto open = std::find_if(gemma.forced_prefixes.begin(), gemma.forced_prefixes.end(),
+                                     [&](const std::string& p) { return o.text.rfind(p, 0) == 0; });
+      ASSERT_NE(open, gemma.forced_prefixes.end()) << o.text;
+      // The arguments: an object of Gemma 4's syntax, whole when the choice stopped (then the close follows).
+      std::string arguments = o.text.substr(open->size());
+      if (o.finish == FinishReason::kStop) {
+        ++gemma_closed;
+        ASSERT_GE(arguments.size(), gemma.forced_suffix.size());
+        EXPECT_EQ(arguments.substr(arguments.size() - gemma.forced_suffix.size()), gemma.forced_suffix);
+        arguments.resize(arguments.size() - gemma.forced_suffix.size());
+      }
+      const auto schema =
+          which == 0 ? gemma.forced_schemas[static_cast<size_t>(open - gemma.forced_prefixes.begin())]
+                     : nullptr;
+      if (schema) {
+        JsonSchemaConstraint c(schema, JsonSyntax::kGemma4);
+        EXPECT_TRUE(c.accept(arguments)) << o.text;
+        EXPECT_EQ(c.complete(), o.finish == FinishReason::kStop) << o.text;
+      } else {
+        JsonObjectConstraint c(JsonSyntax::kGemma4);
+        EXPECT_TRUE(c.accept(arguments)) << o.text;
+        EXPECT_EQ(c.complete(), o.finish == FinishReason::kStop) << o.text;
+      }
     }
-    JsonObjectConstraint c(JsonObjectConstraint::Syntax::kGemma4);
-    EXPECT_TRUE(c.accept(arguments)) << o.text;
-    EXPECT_EQ(c.complete(), o.finish == FinishReason::kStop) << o.text;
-  }
-  std::printf("Gemma 4 forced calls closed: %d of 3; first: %s\n", gemma_closed, together[0][0].text.c_str());
+  EXPECT_GT(gemma_closed, 0) << "no forced Gemma 4 call closed its arguments within 160 tokens";
+  std::printf("Gemma 4 forced calls closed: %d of 6; the first of each request: %s, %s\n", gemma_closed,
+              together[0][0].text.c_str(), together[3][0].text.c_str());
   int closed = 0;
   for (const Outcome& o : together[1]) {
     ASSERT_TRUE(o.finish == FinishReason::kStop || o.finish == FinishReason::kLength) << o.error;

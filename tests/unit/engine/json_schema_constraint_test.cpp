@@ -1,9 +1,11 @@
-// JsonSchemaConstraint against a reference validator written here: on documents generated from a schema and
-// mutated at random, the automaton accepts a whole document exactly when it parses and the validator accepts
-// it; every prefix of an accepted document is accepted byte by byte; schemas outside the subset are refused.
+// JsonSchemaConstraint against a reference validator written separately (support/json_schema_reference.h): on
+// documents generated from a schema and mutated at random, the automaton accepts a whole document exactly
+// when it parses and the validator accepts it; every prefix of an accepted document is accepted byte by byte;
+// schemas outside the subset are refused.
 #include "lmx/engine/json_schema_constraint.h"
 
 #include "lmx/core/error.h"
+#include "support/json_schema_reference.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -30,41 +32,6 @@ const nlohmann::json kSchema = nlohmann::json::parse(R"({
   "required": ["name", "age"],
   "additionalProperties": false
 })");
-
-// The reference: does `v` satisfy `s` (the subset's meaning)?
-bool valid(const nlohmann::json& v, const nlohmann::json& s) {
-  if (s.contains("enum")) {
-    for (const auto& e : s["enum"])
-      if (e == v) return true;
-    return false;
-  }
-  std::vector<std::string> types;
-  if (s["type"].is_string())
-    types = {s["type"].get<std::string>()};
-  else
-    types = s["type"].get<std::vector<std::string>>();
-  for (const std::string& t : types) {
-    if (t == "string" && v.is_string()) return true;
-    if (t == "integer" && v.is_number_integer()) return true;
-    if (t == "number" && v.is_number()) return true;
-    if (t == "boolean" && v.is_boolean()) return true;
-    if (t == "null" && v.is_null()) return true;
-    if (t == "array" && v.is_array()) {
-      bool all = true;
-      for (const auto& e : v) all = all && valid(e, s["items"]);
-      if (all) return true;
-    }
-    if (t == "object" && v.is_object()) {
-      bool ok = true;
-      for (const auto& [k, e] : v.items())
-        ok = ok && s["properties"].contains(k) && valid(e, s["properties"][k]);
-      if (s.contains("required"))
-        for (const auto& r : s["required"]) ok = ok && v.contains(r.get<std::string>());
-      if (ok) return true;
-    }
-  }
-  return false;
-}
 
 bool accepts_whole(const std::shared_ptr<const JsonSchema>& schema, const std::string& text) {
   JsonSchemaConstraint c(schema);
@@ -153,7 +120,8 @@ TEST(JsonSchemaConstraint, AgreesWithTheReferenceOnRandomDocuments) {
       }
     }
     const auto parsed = nlohmann::json::parse(doc, nullptr, false);
-    const bool expected = !parsed.is_discarded() && parsed.is_object() && valid(parsed, kSchema);
+    const bool expected =
+        !parsed.is_discarded() && parsed.is_object() && test::valid_for_schema(parsed, kSchema);
     // A repeated key: nlohmann keeps one, the automaton refuses the document (the generated strings cannot
     // spell a property name, so a name quoted twice is a key twice).
     bool duplicate = false;

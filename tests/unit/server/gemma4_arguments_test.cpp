@@ -1,9 +1,14 @@
-// Gemma 4's tool-call argument syntax, constrained (JsonObjectConstraint::Syntax::kGemma4) against the parser
+// Gemma 4's tool-call argument syntax, constrained (JsonSyntax::kGemma4) against the parser
 // the server reads calls with (parse_gemma4_arguments): every generated argument object is accepted byte by
 // byte, complete exactly at its end, and parses back to the value it was written from; every random text the
-// automaton accepts whole and complete, the parser parses — so a forced Gemma 4 call always parses.
+// automaton accepts whole and complete, the parser parses — so a forced Gemma 4 call always parses. The
+// schema automaton in Gemma 4's syntax against the parser and the reference validator on generated and
+// mutated documents.
+#include "lmx/core/error.h"
 #include "lmx/engine/json_constraint.h"
+#include "lmx/engine/json_schema_constraint.h"
 #include "lmx/server/assistant_output.h"
+#include "support/json_schema_reference.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -15,10 +20,10 @@ namespace lmx {
 namespace {
 
 using Json = nlohmann::ordered_json;
-constexpr std::string_view kQuote = JsonObjectConstraint::kGemma4Quote;
+constexpr std::string_view kQuote = kGemma4Quote;
 
 JsonObjectConstraint gemma4() {
-  return JsonObjectConstraint(JsonObjectConstraint::Syntax::kGemma4);
+  return JsonObjectConstraint(JsonSyntax::kGemma4);
 }
 
 bool whole_object(const std::string& text) {
@@ -153,6 +158,123 @@ TEST(Gemma4Arguments, EveryAcceptedTextParses) {
     EXPECT_NO_THROW(parse_gemma4_arguments(text));
   }
   EXPECT_GT(accepted, 100) << "the random texts should reach whole objects";
+}
+
+const nlohmann::json kSchema = nlohmann::json::parse(R"({
+  "type": "object",
+  "properties": {
+    "city": {"type": "string"},
+    "days": {"type": "integer"},
+    "score": {"type": "number"},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "unit": {"enum": ["celsius", "fahrenheit", null]},
+    "ok": {"type": "boolean"},
+    "note": {"type": ["string", "null"]},
+    "pos": {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+            "required": ["lat", "lon"]}
+  },
+  "required": ["city", "days"]
+})");
+
+// A document the schema accepts, in Gemma 4's syntax.
+std::string generate_for_schema(const nlohmann::json& s, std::mt19937& rng) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  auto quoted = [](const std::string& text) { return std::string(kQuote) + text + std::string(kQuote); };
+  if (s.contains("enum")) {
+    const nlohmann::json& v = s["enum"][static_cast<size_t>(pick(static_cast<int>(s["enum"].size())))];
+    return v.is_string() ? quoted(v.get<std::string>()) : v.dump();
+  }
+  std::vector<std::string> types;
+  if (s["type"].is_string())
+    types = {s["type"].get<std::string>()};
+  else
+    types = s["type"].get<std::vector<std::string>>();
+  const std::string t = types[static_cast<size_t>(pick(static_cast<int>(types.size())))];
+  if (t == "string") return quoted(std::string(static_cast<size_t>(pick(4)), "ab\"<|:,}"[pick(7)]));
+  if (t == "integer") return std::to_string(pick(2000) - 1000);
+  if (t == "number") return pick(2) ? std::to_string(pick(100)) + "." + std::to_string(pick(100)) : "-2e5";
+  if (t == "boolean") return pick(2) ? "true" : "false";
+  if (t == "null") return "null";
+  if (t == "array") {
+    std::string out = "[";
+    for (int i = 0, n = pick(3); i < n; ++i) out += (i ? "," : "") + generate_for_schema(s["items"], rng);
+    return out + "]";
+  }
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [k, sub] : s["properties"].items()) {
+    const bool required = s.contains("required") &&
+                          std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end();
+    if (!required && pick(2)) continue;
+    out += (first ? "" : ",") + k + ":" + generate_for_schema(sub, rng);
+    first = false;
+  }
+  return out + "}";
+}
+
+bool schema_accepts_whole(const std::shared_ptr<const JsonSchema>& schema, const std::string& text) {
+  JsonSchemaConstraint c(schema, JsonSyntax::kGemma4);
+  return c.accept(text) && c.complete();
+}
+
+// Generated documents are accepted byte by byte; mutated ones (a byte dropped, replaced or inserted) are
+// accepted exactly when the parser parses them, the validator accepts the result and no key repeats.
+TEST(Gemma4Arguments, SchemaConstraintAgreesWithTheParserAndTheReference) {
+  const auto schema = JsonSchema::compile(kSchema);
+  ASSERT_TRUE(schema->gemma4_writable());
+  std::mt19937 rng(3);
+  int valid_docs = 0, invalid_docs = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string doc = generate_for_schema(kSchema, rng);
+    if (i % 2) {
+      const size_t at = rng() % doc.size();
+      const char bytes[] = "{}[],:<|\">1a.-ntfc";
+      switch (rng() % 3) {
+        case 0:
+          doc.erase(at, 1);
+          break;
+        case 1:
+          doc[at] = bytes[rng() % (sizeof(bytes) - 1)];
+          break;
+        default:
+          doc.insert(at, 1, bytes[rng() % (sizeof(bytes) - 1)]);
+      }
+    }
+    bool parses = true;
+    nlohmann::json parsed;
+    try {
+      parsed = nlohmann::json::parse(parse_gemma4_arguments(doc).dump());
+    } catch (const InvalidArgument&) {
+      parses = false;
+    }
+    // A repeated key: the parser keeps the last, the automaton refuses the document.
+    bool duplicate = false;
+    for (const char* key :
+         {"city:", "days:", "score:", "tags:", "unit:", "ok:", "note:", "pos:", "lat:", "lon:"}) {
+      const size_t first = doc.find(key);
+      duplicate = duplicate || (first != std::string::npos && doc.find(key, first + 1) != std::string::npos);
+    }
+    const bool want = parses && test::valid_for_schema(parsed, kSchema) && !duplicate;
+    ASSERT_EQ(schema_accepts_whole(schema, doc), want) << doc;
+    (want ? valid_docs : invalid_docs)++;
+    if (want) {
+      JsonSchemaConstraint c(schema, JsonSyntax::kGemma4);
+      for (size_t b = 0; b < doc.size(); ++b) ASSERT_TRUE(c.accept(doc.substr(b, 1))) << doc << " at " << b;
+    }
+  }
+  EXPECT_GT(valid_docs, 5000);
+  EXPECT_GT(invalid_docs, 2000);
+}
+
+TEST(Gemma4Arguments, SchemasItsSyntaxCannotWriteAreRefused) {
+  const auto spaced = JsonSchema::compile(
+      nlohmann::json::parse(R"({"type": "object", "properties": {"a b": {"type": "string"}}})"));
+  EXPECT_FALSE(spaced->gemma4_writable());
+  EXPECT_THROW(JsonSchemaConstraint(spaced, JsonSyntax::kGemma4), InvalidArgument);
+  EXPECT_NO_THROW(JsonSchemaConstraint(spaced, JsonSyntax::kJson));
+  const auto quote = JsonSchema::compile(
+      nlohmann::json::parse(R"({"type": "object", "properties": {"a": {"enum": ["x<|\"|>y"]}}})"));
+  EXPECT_FALSE(quote->gemma4_writable());
 }
 
 }  // namespace

@@ -183,15 +183,28 @@ TEST(MessagesApi, ToolsAndToolHistoriesRenderThroughGemma4Template) {
   nlohmann::json forced = with_tools;
   forced["tool_choice"] = "required";
   forced["max_tokens"] = 64;
-  // Gemma 4's call opening is forced, then its arguments are constrained to its own syntax: the demo model
-  // was not trained to call tools, yet the answer is a call whose arguments parse.
+  // Gemma 4's call opening is forced, then its arguments are constrained to its own syntax and the tool's
+  // schema. The demo model was not trained to call tools: in get_weather's required string it writes text and
+  // never the closing <|"|> before max_tokens, so the answer is the call's cut text; with a boolean
+  // parameter it closes, and the answer is a call whose arguments follow the schema.
   const nlohmann::json f = post_json(c, "/v1/chat/completions", forced, &status);
   ASSERT_EQ(status, 200) << f.dump();
-  std::printf("forced Gemma 4 call: %s\n", f["choices"][0].dump().c_str());
-  ASSERT_EQ(f["choices"][0]["finish_reason"], "tool_calls") << f.dump();
-  const nlohmann::json& call = f["choices"][0]["message"]["tool_calls"][0]["function"];
+  EXPECT_EQ(f["choices"][0]["finish_reason"], "length") << f.dump();
+  EXPECT_EQ(f["choices"][0]["message"]["content"].get<std::string>().rfind(
+                "<|tool_call>call:get_weather{city:<|\"|>", 0),
+            0u)
+      << f.dump();
+  nlohmann::json counted = forced;
+  counted["tools"][0]["function"]["parameters"] = {
+      {"type", "object"}, {"properties", {{"metric", {{"type", "boolean"}}}}}, {"required", {"metric"}}};
+  const nlohmann::json d = post_json(c, "/v1/chat/completions", counted, &status);
+  ASSERT_EQ(status, 200) << d.dump();
+  ASSERT_EQ(d["choices"][0]["finish_reason"], "tool_calls") << d.dump();
+  const nlohmann::json& call = d["choices"][0]["message"]["tool_calls"][0]["function"];
   EXPECT_EQ(call["name"], "get_weather");
-  EXPECT_TRUE(nlohmann::json::parse(call["arguments"].get<std::string>()).is_object()) << f.dump();
+  const nlohmann::json arguments = nlohmann::json::parse(call["arguments"].get<std::string>());
+  EXPECT_EQ(arguments.size(), 1u) << d.dump();
+  EXPECT_TRUE(arguments["metric"].is_boolean()) << d.dump();
   forced["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
   const nlohmann::json unknown = post_json(c, "/v1/chat/completions", forced, &status);
   EXPECT_EQ(status, 400);
