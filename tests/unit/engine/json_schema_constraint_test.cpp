@@ -70,12 +70,7 @@ std::string generate(const nlohmann::json& s, std::mt19937& rng) {
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
   if (s.contains("enum"))
     return s["enum"][static_cast<size_t>(pick(static_cast<int>(s["enum"].size())))].dump();
-  std::vector<std::string> types;
-  if (s["type"].is_string())
-    types = {s["type"].get<std::string>()};
-  else
-    types = s["type"].get<std::vector<std::string>>();
-  const std::string t = types[static_cast<size_t>(pick(static_cast<int>(types.size())))];
+  const std::string t = test::random_type(s, rng);
   if (t == "string")
     return nlohmann::json(std::string(static_cast<size_t>(pick(4)), "ab\"\\"[pick(4)])).dump();
   if (t == "integer") return std::to_string(pick(2000) - 1000);
@@ -90,9 +85,7 @@ std::string generate(const nlohmann::json& s, std::mt19937& rng) {
   std::string out = "{";
   bool first = true;
   for (const auto& [k, sub] : s["properties"].items()) {
-    const bool required = s.contains("required") &&
-                          std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end();
-    if (!required && pick(2)) continue;
+    if (!test::required_property(s, k) && pick(2)) continue;
     out += (first ? "" : pick(2) ? ", " : ",") + nlohmann::json(k).dump() + ":" + generate(sub, rng);
     first = false;
   }
@@ -105,20 +98,7 @@ TEST(JsonSchemaConstraint, AgreesWithTheReferenceOnRandomDocuments) {
   int valid_docs = 0, invalid_docs = 0;
   for (int i = 0; i < 20000; ++i) {
     std::string doc = generate(kSchema, rng);
-    if (i % 2) {
-      const size_t at = rng() % doc.size();
-      const char bytes[] = "{}[],:\" 1a.-ntf";
-      switch (rng() % 3) {
-        case 0:
-          doc.erase(at, 1);
-          break;
-        case 1:
-          doc[at] = bytes[rng() % (sizeof(bytes) - 1)];
-          break;
-        default:
-          doc.insert(at, 1, bytes[rng() % (sizeof(bytes) - 1)]);
-      }
-    }
+    if (i % 2) test::mutate(doc, rng, "{}[],:\" 1a.-ntf");
     const auto parsed = nlohmann::json::parse(doc, nullptr, false);
     const bool expected =
         !parsed.is_discarded() && parsed.is_object() && test::valid_for_schema(parsed, kSchema);

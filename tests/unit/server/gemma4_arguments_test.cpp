@@ -184,12 +184,7 @@ std::string generate_for_schema(const nlohmann::json& s, std::mt19937& rng) {
     const nlohmann::json& v = s["enum"][static_cast<size_t>(pick(static_cast<int>(s["enum"].size())))];
     return v.is_string() ? quoted(v.get<std::string>()) : v.dump();
   }
-  std::vector<std::string> types;
-  if (s["type"].is_string())
-    types = {s["type"].get<std::string>()};
-  else
-    types = s["type"].get<std::vector<std::string>>();
-  const std::string t = types[static_cast<size_t>(pick(static_cast<int>(types.size())))];
+  const std::string t = test::random_type(s, rng);
   if (t == "string") return quoted(std::string(static_cast<size_t>(pick(4)), "ab\"<|:,}"[pick(7)]));
   if (t == "integer") return std::to_string(pick(2000) - 1000);
   if (t == "number") return pick(2) ? std::to_string(pick(100)) + "." + std::to_string(pick(100)) : "-2e5";
@@ -203,9 +198,7 @@ std::string generate_for_schema(const nlohmann::json& s, std::mt19937& rng) {
   std::string out = "{";
   bool first = true;
   for (const auto& [k, sub] : s["properties"].items()) {
-    const bool required = s.contains("required") &&
-                          std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end();
-    if (!required && pick(2)) continue;
+    if (!test::required_property(s, k) && pick(2)) continue;
     out += (first ? "" : ",") + k + ":" + generate_for_schema(sub, rng);
     first = false;
   }
@@ -226,20 +219,7 @@ TEST(Gemma4Arguments, SchemaConstraintAgreesWithTheParserAndTheReference) {
   int valid_docs = 0, invalid_docs = 0;
   for (int i = 0; i < 20000; ++i) {
     std::string doc = generate_for_schema(kSchema, rng);
-    if (i % 2) {
-      const size_t at = rng() % doc.size();
-      const char bytes[] = "{}[],:<|\">1a.-ntfc";
-      switch (rng() % 3) {
-        case 0:
-          doc.erase(at, 1);
-          break;
-        case 1:
-          doc[at] = bytes[rng() % (sizeof(bytes) - 1)];
-          break;
-        default:
-          doc.insert(at, 1, bytes[rng() % (sizeof(bytes) - 1)]);
-      }
-    }
+    if (i % 2) test::mutate(doc, rng, "{}[],:<|\">1a.-ntfc");
     bool parses = true;
     nlohmann::json parsed;
     try {
