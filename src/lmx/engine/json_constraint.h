@@ -7,8 +7,7 @@
 // The same automaton reads Gemma 4's tool-call argument syntax ({key:<|"|>text<|"|>,n:1,list:[…],obj:{…}}):
 // keys bare ([A-Za-z_][A-Za-z0-9_.-]*), strings between <|"|> delimiters (the special token's text; any
 // bytes inside but the delimiter, no escapes), numbers, true, false and null as in JSON, no whitespace
-// outside strings. Every object it
-// accepts whole, parse_gemma4_arguments (server/) parses.
+// outside strings. Every object it accepts whole, parse_gemma4_arguments (server/) parses.
 #pragma once
 
 #include <array>
@@ -76,8 +75,9 @@ class JsonObjectConstraint {
   JsonSyntax syntax() const { return syntax_; }
   // Whether the object has closed (only whitespace may follow).
   bool complete() const { return state_ == State::kDone; }
-  // Whether it is inside a string (where any text without '"', '\' or control bytes is accepted).
-  bool in_string() const { return state_ == State::kString; }
+  // Whether it is inside a string where any text without '"', '\' or control bytes is accepted (in Gemma 4's
+  // syntax: not right after "<|\"", where such a text could complete the delimiter with "|>").
+  bool in_string() const { return state_ == State::kString && quote_matched_ < kQuoteQuoted; }
 
  private:
   template <class Automaton>
@@ -110,7 +110,8 @@ class JsonObjectConstraint {
   bool start_value(uint8_t byte);
   bool after_value(uint8_t byte);  // a byte that ends a number (or follows a value) inside a container
   bool whitespace();
-  bool gemma4_string(uint8_t byte);  // a byte inside a Gemma 4 string
+  bool gemma4_string(uint8_t byte);       // a byte inside a Gemma 4 string
+  static constexpr int kQuoteQuoted = 3;  // bytes of <|"|> read once its '"' is
 
   JsonSyntax syntax_;
 

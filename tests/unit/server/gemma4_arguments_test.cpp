@@ -130,8 +130,12 @@ TEST(Gemma4Arguments, RefusesWhatTheSyntaxHasNot) {
   }
   // Inside a string everything is content but the delimiter, which ends it.
   JsonObjectConstraint c = gemma4();
-  ASSERT_TRUE(c.accept("{a:<|\"|>{\"x\": [1]} \\ <| <|\""));
+  ASSERT_TRUE(c.accept("{a:<|\"|>{\"x\": [1]} \\ <| "));
   EXPECT_TRUE(c.in_string());
+  ASSERT_TRUE(c.accept("<|\""));
+  EXPECT_FALSE(c.in_string()) << "a text without '\"' (\"|>\") may close the string now";
+  EXPECT_TRUE(c.allows("|>}"));
+  EXPECT_FALSE(c.allows("|>x"));
   ASSERT_TRUE(c.accept("|>"));
   EXPECT_FALSE(c.in_string());
   EXPECT_FALSE(c.allows("x"));
