@@ -22,10 +22,12 @@ for t in "${targets[@]}"; do
   [ -n "$f" ] || { echo "device_bundle: no binary for target $t" >&2; exit 1; }
   strip -o "$stage/bin/$t" "$f"
 done
-# Shared libraries the binaries need that are not part of glibc or the CUDA driver/toolkit.
+# Shared libraries the binaries need that are not part of glibc or the CUDA driver/toolkit. OpenSSL 3 stays
+# behind too: the GPU machine's image has libssl.so.3 and libcrypto.so.3 (ldconfig there, 2026-12-06), and the
+# 5 MB they add would push lmx's bundle past the 64 MiB the device tool carries beside the tree.
 for lib in $(ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u); do
   case "$(basename "$lib")" in
-    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*) ;;
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libssl.so.3|libcrypto.so.3) ;;
     *) cp -L "$lib" "$stage/lib/" ;;
   esac
 done
