@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -47,20 +48,51 @@ inline bool valid_for_schema(const nlohmann::json& v, const nlohmann::json& s) {
   return false;
 }
 
-// One of the types `s` allows (its "type" a name or a list), at random.
-inline std::string random_type(const nlohmann::json& s, std::mt19937& rng) {
+// How generate_document writes a document: JSON or Gemma 4's tool-call argument syntax.
+struct DocumentSyntax {
+  std::string string_bytes;                                  // what generated strings are made of
+  std::function<std::string(const nlohmann::json&)> scalar;  // a string, boolean or null written
+  std::function<std::string(const std::string&)> key;        // a property name written
+  bool random_spaces = false;                                // ", " or "," between properties
+};
+
+// A document that schema `s` accepts, written in `syntax`, at random.
+inline std::string generate_document(const nlohmann::json& s, std::mt19937& rng,
+                                     const DocumentSyntax& syntax) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  if (s.contains("enum"))
+    return syntax.scalar(s["enum"][static_cast<size_t>(pick(static_cast<int>(s["enum"].size())))]);
   std::vector<std::string> types;
   if (s["type"].is_string())
     types = {s["type"].get<std::string>()};
   else
     types = s["type"].get<std::vector<std::string>>();
-  return types[rng() % types.size()];
-}
-
-// Whether property `k` of object schema `s` is required.
-inline bool required_property(const nlohmann::json& s, const std::string& k) {
-  return s.contains("required") &&
-         std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end();
+  const std::string t = types[static_cast<size_t>(pick(static_cast<int>(types.size())))];
+  const int alphabet = static_cast<int>(syntax.string_bytes.size());
+  if (t == "string")
+    return syntax.scalar(
+        nlohmann::json(std::string(static_cast<size_t>(pick(4)), syntax.string_bytes[pick(alphabet)])));
+  if (t == "integer") return std::to_string(pick(2000) - 1000);
+  if (t == "number") return pick(2) ? std::to_string(pick(100)) + "." + std::to_string(pick(100)) : "-2e5";
+  if (t == "boolean") return pick(2) ? "true" : "false";
+  if (t == "null") return "null";
+  if (t == "array") {
+    std::string out = "[";
+    for (int i = 0, n = pick(3); i < n; ++i)
+      out += (i ? "," : "") + generate_document(s["items"], rng, syntax);
+    return out + "]";
+  }
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [k, sub] : s["properties"].items()) {
+    const bool required = s.contains("required") &&
+                          std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end();
+    if (!required && pick(2)) continue;
+    const std::string separator = first ? "" : syntax.random_spaces && pick(2) ? ", " : ",";
+    out += separator + syntax.key(k) + ":" + generate_document(sub, rng, syntax);
+    first = false;
+  }
+  return out + "}";
 }
 
 // `doc` with one byte dropped, replaced or inserted (the new byte one of `bytes`), at random.

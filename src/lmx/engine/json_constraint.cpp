@@ -87,20 +87,6 @@ bool JsonObjectConstraint::after_value(uint8_t b) {
   return false;
 }
 
-// Inside a Gemma 4 string every byte is content until the bytes of <|"|> have been read in a row. ('<' opens
-// the delimiter and appears nowhere else in it, so one count of the bytes matched so far is enough.)
-bool JsonObjectConstraint::gemma4_string(uint8_t b) {
-  if (b == static_cast<uint8_t>(kGemma4Quote[static_cast<size_t>(quote_matched_)])) {
-    if (++quote_matched_ == static_cast<int>(kGemma4Quote.size())) {
-      quote_matched_ = 0;
-      state_ = State::kAfterValue;
-    }
-    return true;
-  }
-  quote_matched_ = b == '<' ? 1 : 0;
-  return true;
-}
-
 bool JsonObjectConstraint::step(uint8_t b) {
   if (!is_space(b)) whitespace_run_ = 0;
   switch (state_) {
@@ -144,11 +130,8 @@ bool JsonObjectConstraint::step(uint8_t b) {
       }
       return is_gemma4_key_byte(b);
     case State::kQuoteOpen:
-      if (b != static_cast<uint8_t>(kGemma4Quote[static_cast<size_t>(quote_matched_)])) return false;
-      if (++quote_matched_ == static_cast<int>(kGemma4Quote.size())) {
-        quote_matched_ = 0;
-        state_ = State::kString;
-      }
+      if (!json_bytes::gemma4_quote_opens(quote_matched_, b)) return false;
+      if (quote_matched_ == 0) state_ = State::kString;
       return true;
     case State::kColon:
       if (is_space(b)) return whitespace();
@@ -158,7 +141,10 @@ bool JsonObjectConstraint::step(uint8_t b) {
     case State::kAfterValue:
       return after_value(b);
     case State::kString:
-      if (syntax_ == JsonSyntax::kGemma4) return gemma4_string(b);
+      if (syntax_ == JsonSyntax::kGemma4) {
+        if (json_bytes::gemma4_string_ends(quote_matched_, b)) state_ = State::kAfterValue;
+        return true;
+      }
       if (b == '"') {
         state_ = string_is_key_ ? State::kColon : State::kAfterValue;
         return true;

@@ -20,6 +20,8 @@ namespace lmx {
 // delimited by kGemma4Quote.
 enum class JsonSyntax : uint8_t { kJson, kGemma4 };
 inline constexpr std::string_view kGemma4Quote = "<|\"|>";
+// The bytes of kGemma4Quote read once its '"' is: from there a text without '"' can complete it.
+inline constexpr int kGemma4QuoteQuoted = 3;
 
 // What the JSON automata share: JSON's byte classes, and feeding a text byte by byte with the automaton's
 // state restored when a byte is refused.
@@ -44,6 +46,25 @@ inline bool is_gemma4_key(std::string_view key) {
   if (key.empty() || !is_gemma4_key_start(static_cast<uint8_t>(key[0]))) return false;
   for (char c : key)
     if (!is_gemma4_key_byte(static_cast<uint8_t>(c))) return false;
+  return true;
+}
+// Gemma 4's string delimiter read byte by byte. `matched`: the bytes of kGemma4Quote just read. Opening a
+// string: false when `b` is not the delimiter's next byte. Inside one: every byte is content, and the result
+// says whether `b` completed the delimiter, which ends the string ('<' opens the delimiter and appears
+// nowhere else in it, so the count of bytes matched is all the state there is). Both reset `matched` when
+// done.
+inline bool gemma4_quote_opens(int& matched, uint8_t b) {
+  if (b != static_cast<uint8_t>(kGemma4Quote[static_cast<size_t>(matched)])) return false;
+  if (++matched == static_cast<int>(kGemma4Quote.size())) matched = 0;
+  return true;
+}
+inline bool gemma4_string_ends(int& matched, uint8_t b) {
+  if (b != static_cast<uint8_t>(kGemma4Quote[static_cast<size_t>(matched)])) {
+    matched = b == '<' ? 1 : 0;
+    return false;
+  }
+  if (++matched < static_cast<int>(kGemma4Quote.size())) return false;
+  matched = 0;
   return true;
 }
 // `automaton.step(byte)` over `text`; false, with the automaton as it was, when a byte is refused.
@@ -77,7 +98,7 @@ class JsonObjectConstraint {
   bool complete() const { return state_ == State::kDone; }
   // Whether it is inside a string where any text without '"', '\' or control bytes is accepted (in Gemma 4's
   // syntax: not right after "<|\"", where such a text could complete the delimiter with "|>").
-  bool in_string() const { return state_ == State::kString && quote_matched_ < kQuoteQuoted; }
+  bool in_string() const { return state_ == State::kString && quote_matched_ < kGemma4QuoteQuoted; }
 
  private:
   template <class Automaton>
@@ -110,8 +131,6 @@ class JsonObjectConstraint {
   bool start_value(uint8_t byte);
   bool after_value(uint8_t byte);  // a byte that ends a number (or follows a value) inside a container
   bool whitespace();
-  bool gemma4_string(uint8_t byte);       // a byte inside a Gemma 4 string
-  static constexpr int kQuoteQuoted = 3;  // bytes of <|"|> read once its '"' is
 
   JsonSyntax syntax_;
 

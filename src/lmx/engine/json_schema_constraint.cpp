@@ -172,23 +172,17 @@ bool JsonSchemaConstraint::property_value() {
   return true;
 }
 
-// Inside a Gemma 4 string every byte is content until the bytes of <|"|> have been read in a row ('<' opens
-// the delimiter and appears nowhere else in it, so a count of the bytes matched is enough); opening one, only
-// the delimiter's next byte.
+// A Gemma 4 string's bytes: the opening delimiter's, then content up to the closing one (json_bytes).
 bool JsonSchemaConstraint::gemma4_string(Frame& f, uint8_t b) {
   const bool opening = f.state >= kGemma4Opening;
-  const size_t matched = opening ? f.state - kGemma4Opening : f.state;
-  if (b == static_cast<uint8_t>(kGemma4Quote[matched])) {
-    if (matched + 1 < kGemma4Quote.size()) {
-      f.state = static_cast<uint8_t>(f.state + 1);
-      return true;
-    }
-    if (!opening) return value_done();
-    f.state = 0;
+  int matched = opening ? f.state - kGemma4Opening : f.state;
+  if (opening) {
+    if (!json_bytes::gemma4_quote_opens(matched, b)) return false;
+    f.state = static_cast<uint8_t>(matched == 0 ? 0 : kGemma4Opening + matched);
     return true;
   }
-  if (opening) return false;
-  f.state = b == '<' ? 1 : 0;
+  if (json_bytes::gemma4_string_ends(matched, b)) return value_done();
+  f.state = static_cast<uint8_t>(matched);
   return true;
 }
 

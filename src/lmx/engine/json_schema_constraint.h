@@ -85,7 +85,7 @@ class JsonSchemaConstraint {
   // Gemma 4's syntax: not right after "<|\"", where such a text could complete the delimiter with "|>").
   bool in_string() const {
     if (stack_.empty() || stack_.back().kind != Kind::kString) return false;
-    return syntax_ == JsonSyntax::kJson ? stack_.back().state == 0 : stack_.back().state < kGemma4Quoted;
+    return syntax_ == JsonSyntax::kJson ? stack_.back().state == 0 : stack_.back().state < kGemma4QuoteQuoted;
   }
   JsonSyntax syntax() const { return syntax_; }
 
@@ -94,7 +94,6 @@ class JsonSchemaConstraint {
   // A Gemma 4 string's state: inside it, the bytes of the delimiter just read (0-4); opening it,
   // kGemma4Opening + the bytes of the opening delimiter read.
   static constexpr uint8_t kGemma4Opening = 8;
-  static constexpr uint8_t kGemma4Quoted = 3;  // bytes of <|"|> read once its '"' is
   struct Frame {
     Kind kind = Kind::kValue;
     int node = 0;

@@ -67,29 +67,10 @@ TEST(JsonSchemaConstraint, AcceptsWhatTheSchemaAcceptsAndRefusesTheRest) {
 // Random documents: valid ones generated from the schema, then mutated (a byte dropped, replaced or
 // inserted).
 std::string generate(const nlohmann::json& s, std::mt19937& rng) {
-  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
-  if (s.contains("enum"))
-    return s["enum"][static_cast<size_t>(pick(static_cast<int>(s["enum"].size())))].dump();
-  const std::string t = test::random_type(s, rng);
-  if (t == "string")
-    return nlohmann::json(std::string(static_cast<size_t>(pick(4)), "ab\"\\"[pick(4)])).dump();
-  if (t == "integer") return std::to_string(pick(2000) - 1000);
-  if (t == "number") return pick(2) ? std::to_string(pick(100)) + "." + std::to_string(pick(100)) : "-2e5";
-  if (t == "boolean") return pick(2) ? "true" : "false";
-  if (t == "null") return "null";
-  if (t == "array") {
-    std::string out = "[";
-    for (int i = 0, n = pick(3); i < n; ++i) out += (i ? "," : "") + generate(s["items"], rng);
-    return out + "]";
-  }
-  std::string out = "{";
-  bool first = true;
-  for (const auto& [k, sub] : s["properties"].items()) {
-    if (!test::required_property(s, k) && pick(2)) continue;
-    out += (first ? "" : pick(2) ? ", " : ",") + nlohmann::json(k).dump() + ":" + generate(sub, rng);
-    first = false;
-  }
-  return out + "}";
+  static const test::DocumentSyntax json{"ab\"\\", [](const nlohmann::json& v) { return v.dump(); },
+                                         [](const std::string& k) { return nlohmann::json(k).dump(); },
+                                         /*random_spaces=*/true};
+  return test::generate_document(s, rng, json);
 }
 
 TEST(JsonSchemaConstraint, AgreesWithTheReferenceOnRandomDocuments) {

@@ -182,31 +182,13 @@ const nlohmann::json kSchema = nlohmann::json::parse(R"({
 
 // A document the schema accepts, in Gemma 4's syntax.
 std::string generate_for_schema(const nlohmann::json& s, std::mt19937& rng) {
-  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
-  auto quoted = [](const std::string& text) { return std::string(kQuote) + text + std::string(kQuote); };
-  if (s.contains("enum")) {
-    const nlohmann::json& v = s["enum"][static_cast<size_t>(pick(static_cast<int>(s["enum"].size())))];
-    return v.is_string() ? quoted(v.get<std::string>()) : v.dump();
-  }
-  const std::string t = test::random_type(s, rng);
-  if (t == "string") return quoted(std::string(static_cast<size_t>(pick(4)), "ab\"<|:,}"[pick(7)]));
-  if (t == "integer") return std::to_string(pick(2000) - 1000);
-  if (t == "number") return pick(2) ? std::to_string(pick(100)) + "." + std::to_string(pick(100)) : "-2e5";
-  if (t == "boolean") return pick(2) ? "true" : "false";
-  if (t == "null") return "null";
-  if (t == "array") {
-    std::string out = "[";
-    for (int i = 0, n = pick(3); i < n; ++i) out += (i ? "," : "") + generate_for_schema(s["items"], rng);
-    return out + "]";
-  }
-  std::string out = "{";
-  bool first = true;
-  for (const auto& [k, sub] : s["properties"].items()) {
-    if (!test::required_property(s, k) && pick(2)) continue;
-    out += (first ? "" : ",") + k + ":" + generate_for_schema(sub, rng);
-    first = false;
-  }
-  return out + "}";
+  static const test::DocumentSyntax gemma4{
+      "ab\"<|:,}",
+      [](const nlohmann::json& v) {
+        return v.is_string() ? std::string(kQuote) + v.get<std::string>() + std::string(kQuote) : v.dump();
+      },
+      [](const std::string& k) { return k; }};
+  return test::generate_document(s, rng, gemma4);
 }
 
 bool schema_accepts_whole(const std::shared_ptr<const JsonSchema>& schema, const std::string& text) {
