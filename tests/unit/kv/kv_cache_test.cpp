@@ -3,6 +3,7 @@
 // block boundaries and windows, KV-sharing layers, layouts and signatures.
 #include "lmx/kv/kv_cache.h"
 #include "lmx/core/half.h"
+#include "lmx/core/thread_pool.h"
 #include "lmx/kv/host_kv.h"
 #include "lmx/ops/cpu/affine_kv.h"
 #include "lmx/ops/ops.h"
@@ -201,6 +202,23 @@ TEST(KvCache, TurboStorageMatchesAttentionOverDecodedKeys) {
     check_chunks({2, 32, 0}, 16, {20, 1, 1, 40, 1}, codec);
     check_fork_and_rewind({2, 64, 0}, codec);
   }
+}
+
+// Attention over coded blocks gives a task as many query heads of a key head as keeps the threads busy, and
+// decodes each row once for them: every thread count (one task per key head, or one per query head) gives
+// the reference's result — bit for bit for affine blocks, within rounding for TurboQuant's.
+TEST(KvCache, CodedAttentionHoldsForEveryThreadCount) {
+  for (int threads : {1, 2, 3, 8}) {
+    SCOPED_TRACE(threads);
+    set_default_threads(threads);
+    for (const char* spec : {"affine4", "turbo:k4v3"}) {
+      SCOPED_TRACE(spec);
+      const KvCodec codec = KvCodec::parse(spec);
+      check_chunks({1, 64, 0}, 16, {20, 1, 1, 40, 1}, codec);
+      check_chunks({3, 64, 0}, 4, {5, 1, 9, 1}, codec);
+    }
+  }
+  set_default_threads(0);
 }
 
 // The host row codec gives the reference codec's codes, scales and biases bit for bit.

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
 namespace lmx::ops {
@@ -33,12 +34,15 @@ struct ContiguousKeys {
   std::span<const int32_t> k_pos;
 
   int64_t position(int64_t j) const { return k_pos[static_cast<size_t>(j)]; }
-  // s[j - lo] = q · k_j over [lo, hi) for the query rows of `args` (args.out and out_stride set).
-  void scores(cpu::LinearArgs args, int64_t rows, int64_t g, int64_t lo, int64_t hi) const {
-    args.w = kb + lo * k_st + g * k_sh;
-    args.w_bf16 = false;
-    args.w_stride = k_st;
-    cpu::linear_block(args, 0, rows, 0, hi - lo);
+  // s[j - lo] = q · k_j over [lo, hi) for the query rows of each of `heads` (their x, out and strides set):
+  // the query heads that share key head g.
+  void scores(std::span<cpu::LinearArgs> heads, int64_t rows, int64_t g, int64_t lo, int64_t hi) const {
+    for (cpu::LinearArgs args : heads) {
+      args.w = kb + lo * k_st + g * k_sh;
+      args.w_bf16 = false;
+      args.w_stride = k_st;
+      cpu::linear_block(args, 0, rows, 0, hi - lo);
+    }
   }
   void add_value(float p, int64_t j, int64_t g, float* out, int64_t dv) const {
     cpu::axpy(p, vb + j * v_st + g * v_sh, out, dv);
@@ -94,25 +98,29 @@ struct PagedKeys {
                                reinterpret_cast<const uint16_t*>(base + h.biases_at(at)), kv.head_dim,
                                kv.quant_bits, kv.quant_group, out);
   }
-  void scores(cpu::LinearArgs args, int64_t rows, int64_t g, int64_t lo, int64_t hi) const {
+  // A coded block's run of keys is decoded once for all of `heads`.
+  void scores(std::span<cpu::LinearArgs> heads, int64_t rows, int64_t g, int64_t lo, int64_t hi) const {
     thread_local std::vector<float> tile;
-    float* out = args.out;
     for (int64_t j = lo; j < hi;) {
       const int64_t p = first_position + j;
       const int64_t run = std::min(hi - j, kv.block_tokens - p % kv.block_tokens);  // keys left in this block
       if (decoded()) {
         tile.resize(static_cast<size_t>(run * kv.head_dim));
         for (int64_t i = 0; i < run; ++i) dequantize(kv.k_offset, j + i, g, tile.data() + i * kv.head_dim);
-        args.w = tile.data();
-        args.w_bf16 = false;
-        args.w_stride = kv.head_dim;
-      } else {
-        args.w = row(kv.k_offset, j, g);
-        args.w_bf16 = kv.dtype == DType::kBF16;
-        args.w_stride = row_elems;
       }
-      args.out = out + (j - lo);
-      cpu::linear_block(args, 0, rows, 0, run);
+      for (cpu::LinearArgs args : heads) {
+        if (decoded()) {
+          args.w = tile.data();
+          args.w_bf16 = false;
+          args.w_stride = kv.head_dim;
+        } else {
+          args.w = row(kv.k_offset, j, g);
+          args.w_bf16 = kv.dtype == DType::kBF16;
+          args.w_stride = row_elems;
+        }
+        args.out += j - lo;
+        cpu::linear_block(args, 0, rows, 0, run);
+      }
       j += run;
     }
   }
@@ -132,9 +140,10 @@ struct PagedKeys {
   }
 };
 
-// The attention core over either key source. Tasks are (query head, block of queries). A query's scores are
-// linear-tile values (each depends only on D), its softmax and its Σ p·v run over its own visible keys in
-// storage order: nothing depends on the other queries of the block, or on how keys are stored.
+// The attention core over either key source. Tasks are (run of query heads sharing a key head, block of
+// queries). A query's scores are linear-tile values (each depends only on D), its softmax and its Σ p·v run
+// over its own visible keys in storage order: nothing depends on the other queries or heads of the task, or
+// on how keys are stored — so the split into tasks changes no bit.
 template <class Keys>
 void attend(const Tensor& q, const Keys& keys, int64_t hkv, int64_t dv, std::span<const int32_t> q_pos,
             int window, float scale, Tensor& out) {
@@ -148,13 +157,25 @@ void attend(const Tensor& q, const Keys& keys, int64_t hkv, int64_t dv, std::spa
     return kp <= qp && (window <= 0 || qp - kp < window);
   };
   const int64_t q_blocks = (tq + kQueryBlock - 1) / kQueryBlock;
-  const int64_t work_per_task = kQueryBlock * std::max<int64_t>(tk, 1) * (d + dv);
-  parallel_for(hq * q_blocks, std::max<int64_t>(1, (int64_t{1} << 16) / work_per_task),
+  // Query heads per task: one where keys are read as stored; where they are decoded in the loop, the largest
+  // share of a key head's group that still gives every thread a task, since a task decodes each key and value
+  // row once for all its heads (decode of a model with one key head: its query heads split over the threads).
+  int64_t heads_per_task = 1;
+  if (keys.coded_values()) {
+    const int64_t threads = default_pool().threads();
+    for (heads_per_task = group; heads_per_task > 1; --heads_per_task)
+      if (group % heads_per_task == 0 && hkv * q_blocks * (group / heads_per_task) >= threads) break;
+  }
+  const int64_t head_runs = hq / heads_per_task;
+  const int64_t work_per_task = heads_per_task * kQueryBlock * std::max<int64_t>(tk, 1) * (d + dv);
+  parallel_for(head_runs * q_blocks, std::max<int64_t>(1, (int64_t{1} << 16) / work_per_task),
                [&](int64_t begin, int64_t end) {
                  std::vector<float> scores, sums, value;
+                 std::vector<cpu::LinearArgs> heads(static_cast<size_t>(heads_per_task));
                  for (int64_t task = begin; task < end; ++task) {
-                   const int64_t h = task / q_blocks, g = h / group;
+                   const int64_t h0 = task / q_blocks * heads_per_task, g = h0 / group;
                    const int64_t i0 = task % q_blocks * kQueryBlock, i1 = std::min(tq, i0 + kQueryBlock);
+                   const int64_t nq = i1 - i0;
                    // Key index range [lo, hi) holding every key visible to some query of the block.
                    int64_t lo = tk, hi = 0;
                    for (int64_t i = i0; i < i1; ++i) {
@@ -170,61 +191,72 @@ void attend(const Tensor& q, const Keys& keys, int64_t hkv, int64_t dv, std::spa
                        }
                    }
                    const int64_t span = hi > lo ? hi - lo : 0;
+                   // Scores (then probabilities) of head h0 + t, query i: row t * nq + (i - i0) of `scores`.
+                   auto score_row = [&](int64_t t, int64_t i) {
+                     return scores.data() + (t * nq + (i - i0)) * span;
+                   };
+                   auto out_row = [&](int64_t t, int64_t i) { return ob + (i * hq + h0 + t) * dv; };
                    if (span > 0) {
-                     scores.resize(static_cast<size_t>((i1 - i0) * span));
-                     cpu::LinearArgs args;
-                     args.x = qb + i0 * q_st + h * q_sh;
-                     args.x_stride = q_st;
-                     args.out = scores.data();
-                     args.out_stride = span;
-                     args.k = d;
-                     keys.scores(args, i1 - i0, g, lo, hi);
+                     scores.resize(static_cast<size_t>(heads_per_task * nq * span));
+                     for (int64_t t = 0; t < heads_per_task; ++t) {
+                       cpu::LinearArgs& args = heads[static_cast<size_t>(t)];
+                       args.x = qb + i0 * q_st + (h0 + t) * q_sh;
+                       args.x_stride = q_st;
+                       args.out = score_row(t, i0);
+                       args.out_stride = span;
+                       args.k = d;
+                     }
+                     keys.scores(heads, nq, g, lo, hi);
                    }
                    // Each query's probabilities (in place of its scores) and their sum, in key order.
-                   sums.assign(static_cast<size_t>(i1 - i0), 0.0f);
-                   for (int64_t i = i0; i < i1; ++i) {
-                     std::memset(ob + (i * hq + h) * dv, 0, static_cast<size_t>(dv) * sizeof(float));
-                     if (span == 0) continue;
-                     float* s = scores.data() + (i - i0) * span;
-                     float max = -std::numeric_limits<float>::infinity();
-                     for (int64_t j = lo; j < hi; ++j) {
-                       if (!visible(i, j)) continue;
-                       s[j - lo] *= scale;
-                       max = std::max(max, s[j - lo]);
+                   sums.assign(static_cast<size_t>(heads_per_task * nq), 0.0f);
+                   for (int64_t t = 0; t < heads_per_task; ++t)
+                     for (int64_t i = i0; i < i1; ++i) {
+                       std::memset(out_row(t, i), 0, static_cast<size_t>(dv) * sizeof(float));
+                       if (span == 0) continue;
+                       float* s = score_row(t, i);
+                       float& sum = sums[static_cast<size_t>(t * nq + (i - i0))];
+                       float max = -std::numeric_limits<float>::infinity();
+                       for (int64_t j = lo; j < hi; ++j) {
+                         if (!visible(i, j)) continue;
+                         s[j - lo] *= scale;
+                         max = std::max(max, s[j - lo]);
+                       }
+                       for (int64_t j = lo; j < hi; ++j) {
+                         if (!visible(i, j)) continue;
+                         s[j - lo] = std::exp(s[j - lo] - max);
+                         sum += s[j - lo];
+                       }
                      }
-                     for (int64_t j = lo; j < hi; ++j) {
-                       if (!visible(i, j)) continue;
-                       s[j - lo] = std::exp(s[j - lo] - max);
-                       sums[static_cast<size_t>(i - i0)] += s[j - lo];
-                     }
-                   }
-                   // Σ p·v with keys outer, so that a coded value is decoded once for the block's queries;
-                   // each query still accumulates in key order.
+                   // Σ p·v with keys outer, so that a coded value is decoded once for the task's heads and
+                   // queries; each query still accumulates in key order.
                    for (int64_t j = lo; j < hi; ++j) {
                      const float* decoded = nullptr;
+                     for (int64_t t = 0; t < heads_per_task; ++t)
+                       for (int64_t i = i0; i < i1; ++i) {
+                         if (!visible(i, j)) continue;
+                         const float p = score_row(t, i)[j - lo];
+                         if (!keys.coded_values()) {
+                           keys.add_value(p, j, g, out_row(t, i), dv);
+                           continue;
+                         }
+                         if (decoded == nullptr) {
+                           value.resize(static_cast<size_t>(dv));
+                           keys.decode_value(j, g, value.data());
+                           decoded = value.data();
+                         }
+                         cpu::axpy(p, decoded, out_row(t, i), dv);
+                       }
+                   }
+                   for (int64_t t = 0; t < heads_per_task; ++t)
                      for (int64_t i = i0; i < i1; ++i) {
-                       if (!visible(i, j)) continue;
-                       const float p = scores[static_cast<size_t>((i - i0) * span + (j - lo))];
-                       float* orow = ob + (i * hq + h) * dv;
-                       if (!keys.coded_values()) {
-                         keys.add_value(p, j, g, orow, dv);
-                         continue;
-                       }
-                       if (decoded == nullptr) {
-                         value.resize(static_cast<size_t>(dv));
-                         keys.decode_value(j, g, value.data());
-                         decoded = value.data();
-                       }
-                       cpu::axpy(p, decoded, orow, dv);
+                       const float sum = sums[static_cast<size_t>(t * nq + (i - i0))];
+                       if (sum == 0.0f) continue;  // no visible key
+                       float* orow = out_row(t, i);
+                       const float inv = 1.0f / sum;
+                       for (int64_t c = 0; c < dv; ++c) orow[c] *= inv;
+                       keys.finish_value(orow, dv);
                      }
-                   }
-                   for (int64_t i = i0; i < i1; ++i) {
-                     if (sums[static_cast<size_t>(i - i0)] == 0.0f) continue;  // no visible key
-                     float* orow = ob + (i * hq + h) * dv;
-                     const float inv = 1.0f / sums[static_cast<size_t>(i - i0)];
-                     for (int64_t c = 0; c < dv; ++c) orow[c] *= inv;
-                     keys.finish_value(orow, dv);
-                   }
                  }
                });
 }
