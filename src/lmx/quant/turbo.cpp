@@ -176,8 +176,18 @@ void dequantize_value(const std::byte* in, int head_dim, float* y) {
   const std::span<const float> c = turbo_centroids(kBits);
   for (int b = 0; b < head_dim / kTurboBlock; ++b) {
     const float sigma = f16_to_f32(get_u16(sigmas + b * 2));
-    for (int j = 0; j < kTurboBlock; ++j)
-      y[b * kTurboBlock + j] = c[code_at<kBits>(in, b * kTurboBlock + j, stream_bytes)] * sigma;
+    if constexpr (kBits == 3) {
+      // Eight 3-bit codes per three bytes, read as one little-endian 24-bit word (a block starts on a byte).
+      for (int k = 0; k < kTurboBlock / 8; ++k) {
+        const std::byte* p = in + (b * kTurboBlock / 8 + k) * 3;
+        const uint32_t word = std::to_integer<uint32_t>(p[0]) | std::to_integer<uint32_t>(p[1]) << 8 |
+                              std::to_integer<uint32_t>(p[2]) << 16;
+        for (int e = 0; e < 8; ++e) y[b * kTurboBlock + k * 8 + e] = c[word >> (3 * e) & 7u] * sigma;
+      }
+    } else {
+      for (int j = 0; j < kTurboBlock; ++j)
+        y[b * kTurboBlock + j] = c[code_at<kBits>(in, b * kTurboBlock + j, stream_bytes)] * sigma;
+    }
   }
 }
 

@@ -50,6 +50,16 @@ void put16(std::vector<std::byte>& out, size_t at, uint16_t v) {
   std::memcpy(out.data() + at, &v, 2);
 }
 
+// Code `index` of a stream of `bits`-bit codes, read bit by bit (least significant first).
+uint32_t reference_code(const std::vector<std::byte>& stream, size_t index, int bits) {
+  uint32_t code = 0;
+  for (int b = 0; b < bits; ++b) {
+    const size_t bit = index * static_cast<size_t>(bits) + static_cast<size_t>(b);
+    code |= static_cast<uint32_t>(std::to_integer<uint8_t>(stream[bit / 8]) >> (bit % 8) & 1u) << b;
+  }
+  return code;
+}
+
 std::vector<std::byte> reference_key(const std::vector<float>& x, int bits) {
   const size_t d = x.size(), code_bytes = d * static_cast<size_t>(bits) / 8;
   std::vector<std::byte> out(code_bytes + d / kTurboBlock * 4, std::byte{0});
@@ -146,6 +156,16 @@ TEST(Turbo, ValuesMatchTheReferenceBitForBit) {
         std::vector<std::byte> out(quant::turbo_value_bytes(d, bits));
         quant::turbo_quantize_value(x.data(), d, bits, out.data());
         ASSERT_EQ(out, reference_value(x, bits)) << "d " << d << " bits " << bits;
+        // Decoded (still rotated): each element its code's centroid times its block's σ.
+        std::vector<float> back(static_cast<size_t>(d));
+        quant::turbo_dequantize_value_rotated(out.data(), d, bits, back.data());
+        const auto c = quant::turbo_centroids(bits);
+        for (int i = 0; i < d; ++i) {
+          uint16_t sigma_bits;
+          std::memcpy(&sigma_bits, out.data() + d * bits / 8 + i / kTurboBlock * 2, 2);
+          const float want = c[reference_code(out, static_cast<size_t>(i), bits)] * f16_to_f32(sigma_bits);
+          ASSERT_EQ(back[static_cast<size_t>(i)], want) << "d " << d << " bits " << bits << " element " << i;
+        }
       }
 }
 
