@@ -221,7 +221,8 @@ TEST(KvCache, CodedAttentionHoldsForEveryThreadCount) {
   set_default_threads(0);
 }
 
-// The host row codec gives the reference codec's codes, scales and biases bit for bit.
+// The host row codec gives the reference codec's codes, scales and biases, and its dequantized values, bit
+// for bit.
 TEST(KvCache, AffineRowCodecMatchesTheReference) {
   for (int bits : {4, 8})
     for (int group : {32, 64, 128}) {
@@ -250,6 +251,11 @@ TEST(KvCache, AffineRowCodecMatchesTheReference) {
                                         out.data());
         const Tensor expected = quant::dequantize_affine(ref);
         ASSERT_EQ(0, std::memcmp(out.data(), expected.raw_data(), out.size() * 4)) << bits << "/" << group;
+        // The portable path too (dequantize_affine_row takes AVX2 vectors where the CPU has them).
+        ops::cpu::dequantize_affine_row_portable(codes.data(), scales.data(), biases.data(), d, bits, group,
+                                                 out.data());
+        ASSERT_EQ(0, std::memcmp(out.data(), expected.raw_data(), out.size() * 4))
+            << "portable " << bits << "/" << group;
       }
     }
 }

@@ -4,6 +4,8 @@
 
 #include "lmx/core/half.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -49,9 +51,8 @@ namespace {
 
 // kBits fixed at compile time, so the code extraction is shifts and masks.
 template <int kBits>
-inline __attribute__((always_inline)) void dequantize_body(const uint32_t* codes, const uint16_t* scales,
-                                                           const uint16_t* biases, int head_dim, int group,
-                                                           float* out) {
+void dequantize_body(const uint32_t* codes, const uint16_t* scales, const uint16_t* biases, int head_dim,
+                     int group, float* out) {
   constexpr int kPerWord = 32 / kBits;
   constexpr uint32_t kMask = (1u << kBits) - 1u;
   for (int g = 0; g < head_dim / group; ++g) {
@@ -64,28 +65,48 @@ inline __attribute__((always_inline)) void dequantize_body(const uint32_t* codes
   }
 }
 
-// One clone per x86 level with hardware FMA (the fma is one instruction instead of a libm call) and a
-// portable default, picked at load time; the same single rounding either way. (Compilers clone plain
-// functions only, hence one per width.)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void dequantize_row4(
-    const uint32_t* codes, const uint16_t* scales, const uint16_t* biases, int head_dim, int group,
-    float* out) {
-  dequantize_body<4>(codes, scales, biases, head_dim, group, out);
-}
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void dequantize_row8(
-    const uint32_t* codes, const uint16_t* scales, const uint16_t* biases, int head_dim, int group,
-    float* out) {
-  dequantize_body<8>(codes, scales, biases, head_dim, group, out);
+// AVX2 with FMA: eight codes per vector in element order — a 4-bit word broadcast and shifted by 0, 4, …, 28
+// per lane, or eight 8-bit codes (bytes, little-endian words) widened — then one fused multiply-add each: the
+// portable path's operations, so its bits.
+__attribute__((target("avx2,fma"))) void dequantize_row_avx2(const uint32_t* codes, const uint16_t* scales,
+                                                             const uint16_t* biases, int head_dim, int bits,
+                                                             int group, float* out) {
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const __m256i nibble = _mm256_set1_epi32(15);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(codes);
+  for (int g = 0; g < head_dim / group; ++g) {
+    const __m256 scale = _mm256_set1_ps(bf16_to_f32(scales[g])),
+                 bias = _mm256_set1_ps(bf16_to_f32(biases[g]));
+    for (int e = g * group; e < (g + 1) * group; e += 8) {
+      __m256i c;
+      if (bits == 4) {
+        c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(codes[e / 8])), shifts),
+                             nibble);
+      } else {
+        c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + e)));
+      }
+      _mm256_storeu_ps(out + e, _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(c), bias));
+    }
+  }
 }
 
 }  // namespace
 
+void dequantize_affine_row_portable(const uint32_t* codes, const uint16_t* scales, const uint16_t* biases,
+                                    int head_dim, int bits, int group, float* out) {
+  if (bits == 4)
+    dequantize_body<4>(codes, scales, biases, head_dim, group, out);
+  else
+    dequantize_body<8>(codes, scales, biases, head_dim, group, out);
+}
+
 void dequantize_affine_row(const uint32_t* codes, const uint16_t* scales, const uint16_t* biases,
                            int head_dim, int bits, int group, float* out) {
-  if (bits == 4)
-    dequantize_row4(codes, scales, biases, head_dim, group, out);
+  static const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2_fma)
+    dequantize_row_avx2(codes, scales, biases, head_dim, bits, group, out);
   else
-    dequantize_row8(codes, scales, biases, head_dim, group, out);
+    dequantize_affine_row_portable(codes, scales, biases, head_dim, bits, group, out);
 }
 
 }  // namespace lmx::ops::cpu

@@ -12,8 +12,12 @@ namespace lmx::ops::cpu {
 // unspecified codes.
 void quantize_affine_row(const float* x, int head_dim, int bits, int group, uint32_t* codes, uint16_t* scales,
                          uint16_t* biases);
-// out[j] = fma(scale, code, bias) with the bf16 scale and bias widened exactly.
+// out[j] = fma(scale, code, bias) with the bf16 scale and bias widened exactly: AVX2 vectors where the CPU
+// has them, else dequantize_affine_row_portable (the same bits; callable on its own so that tests compare
+// both).
 void dequantize_affine_row(const uint32_t* codes, const uint16_t* scales, const uint16_t* biases,
                            int head_dim, int bits, int group, float* out);
+void dequantize_affine_row_portable(const uint32_t* codes, const uint16_t* scales, const uint16_t* biases,
+                                    int head_dim, int bits, int group, float* out);
 
 }  // namespace lmx::ops::cpu
