@@ -4,6 +4,8 @@
 #include "lmx/core/half.h"
 #include "lmx/quant/turbo_centroids.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -191,13 +193,77 @@ void dequantize_value(const std::byte* in, int head_dim, float* y) {
   }
 }
 
+// AVX2: eight codes per vector in element order, then the portable path's operations on each (an add and a
+// multiply for keys, a table lookup and a multiply for values), so its bits. Codes 8k .. 8k + 7 of a
+// kBits-bit stream are the kBits bytes from byte k · kBits, one little-endian word.
+template <int kBits>
+__attribute__((target("avx2"))) inline __m256i eight_codes(const std::byte* stream, int k) {
+  uint32_t word = 0;
+  std::memcpy(&word, stream + k * kBits, kBits);
+  const __m256i shifts =
+      _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits, 7 * kBits);
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts),
+                          _mm256_set1_epi32((1 << kBits) - 1));
+}
+
+template <int kBits>
+__attribute__((target("avx2"))) void dequantize_key_avx2(const std::byte* in, int head_dim, float* x) {
+  const std::byte* params = in + head_dim * kBits / 8;
+  for (int b = 0; b < head_dim / kTurboBlock; ++b) {
+    const __m256 scale = _mm256_set1_ps(f16_to_f32(get_u16(params + b * 4)));
+    const __m256 zero = _mm256_set1_ps(f16_to_f32(get_u16(params + b * 4 + 2)));
+    for (int k = b * kTurboBlock / 8; k < (b + 1) * kTurboBlock / 8; ++k) {
+      __m256i idx;
+      if constexpr (kBits == 8)  // signed bytes
+        idx = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + k * 8)));
+      else
+        idx = eight_codes<kBits>(in, k);
+      _mm256_storeu_ps(x + k * 8, _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(idx), zero), scale));
+    }
+  }
+}
+
+template <int kBits>
+__attribute__((target("avx2"))) void dequantize_value_avx2(const std::byte* in, int head_dim, float* y) {
+  const std::byte* sigmas = in + head_dim * kBits / 8;
+  const std::span<const float> c = turbo_centroids(kBits);
+  float table[16] = {};
+  std::copy(c.begin(), c.end(), table);
+  const __m256 low = _mm256_loadu_ps(table), high = _mm256_loadu_ps(table + 8);
+  for (int b = 0; b < head_dim / kTurboBlock; ++b) {
+    const __m256 sigma = _mm256_set1_ps(f16_to_f32(get_u16(sigmas + b * 2)));
+    for (int k = b * kTurboBlock / 8; k < (b + 1) * kTurboBlock / 8; ++k) {
+      const __m256i idx = eight_codes<kBits>(in, k);
+      __m256 centroid = _mm256_permutevar8x32_ps(low, idx);  // (the low three bits of idx)
+      if constexpr (kBits == 4)
+        centroid = _mm256_blendv_ps(centroid, _mm256_permutevar8x32_ps(high, idx),
+                                    _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7))));
+      _mm256_storeu_ps(y + k * 8, _mm256_mul_ps(centroid, sigma));
+    }
+  }
+}
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+
 }  // namespace
 
-void turbo_dequantize_key(const std::byte* in, int head_dim, int bits, float* x) {
+void turbo_dequantize_key_portable(const std::byte* in, int head_dim, int bits, float* x) {
   if (bits == 8)
     dequantize_key<8>(in, head_dim, x);
   else
     dequantize_key<4>(in, head_dim, x);
+}
+
+void turbo_dequantize_key(const std::byte* in, int head_dim, int bits, float* x) {
+  if (!cpu_has_avx2())
+    turbo_dequantize_key_portable(in, head_dim, bits, x);
+  else if (bits == 8)
+    dequantize_key_avx2<8>(in, head_dim, x);
+  else
+    dequantize_key_avx2<4>(in, head_dim, x);
 }
 
 void turbo_quantize_value(const float* x, int head_dim, int bits, std::byte* out) {
@@ -223,13 +289,24 @@ void turbo_quantize_value(const float* x, int head_dim, int bits, std::byte* out
   }
 }
 
-void turbo_dequantize_value_rotated(const std::byte* in, int head_dim, int bits, float* y) {
+void turbo_dequantize_value_rotated_portable(const std::byte* in, int head_dim, int bits, float* y) {
   if (bits == 2)
     dequantize_value<2>(in, head_dim, y);
   else if (bits == 3)
     dequantize_value<3>(in, head_dim, y);
   else
     dequantize_value<4>(in, head_dim, y);
+}
+
+void turbo_dequantize_value_rotated(const std::byte* in, int head_dim, int bits, float* y) {
+  if (!cpu_has_avx2())
+    turbo_dequantize_value_rotated_portable(in, head_dim, bits, y);
+  else if (bits == 2)
+    dequantize_value_avx2<2>(in, head_dim, y);
+  else if (bits == 3)
+    dequantize_value_avx2<3>(in, head_dim, y);
+  else
+    dequantize_value_avx2<4>(in, head_dim, y);
 }
 
 }  // namespace lmx::quant

@@ -43,11 +43,15 @@ std::span<const float> turbo_centroids(int bits);
 void turbo_rotate(float* x, int head_dim);
 void turbo_unrotate(float* x, int head_dim);
 
-// One token-head row: out[turbo_key_bytes] from x[d]; x̂[d] from it.
+// One token-head row: out[turbo_key_bytes] from x[d]; x̂[d] from it, x̂ = (code + zero) · scale.
 void turbo_quantize_key(const float* x, int head_dim, int bits, std::byte* out);
 void turbo_dequantize_key(const std::byte* in, int head_dim, int bits, float* x);
-// Values: out[turbo_value_bytes] from x[d] (rotated inside); ŷ[d] = the rotated-space values.
+// Values: out[turbo_value_bytes] from x[d] (rotated inside); ŷ[d] = the rotated-space values, centroid · σ.
 void turbo_quantize_value(const float* x, int head_dim, int bits, std::byte* out);
 void turbo_dequantize_value_rotated(const std::byte* in, int head_dim, int bits, float* y);
+// The decoders take AVX2 vectors where the CPU has them; these are the portable paths they equal bit for bit
+// (callable on their own so that tests compare both).
+void turbo_dequantize_key_portable(const std::byte* in, int head_dim, int bits, float* x);
+void turbo_dequantize_value_rotated_portable(const std::byte* in, int head_dim, int bits, float* y);
 
 }  // namespace lmx::quant

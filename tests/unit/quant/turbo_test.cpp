@@ -122,8 +122,20 @@ TEST(Turbo, KeysMatchTheReferenceBitForBit) {
         std::vector<std::byte> out(quant::turbo_key_bytes(d, bits));
         quant::turbo_quantize_key(x.data(), d, bits, out.data());
         ASSERT_EQ(out, reference_key(x, bits)) << "d " << d << " bits " << bits;
-        std::vector<float> back(static_cast<size_t>(d));
+        std::vector<float> back(static_cast<size_t>(d)), portable(static_cast<size_t>(d));
         quant::turbo_dequantize_key(out.data(), d, bits, back.data());
+        quant::turbo_dequantize_key_portable(out.data(), d, bits, portable.data());
+        // Decoded: (code + zero) · scale, the code signed for 8 bits; both paths.
+        for (int i = 0; i < d; ++i) {
+          uint16_t scale_bits, zero_bits;
+          std::memcpy(&scale_bits, out.data() + d * bits / 8 + i / kTurboBlock * 4, 2);
+          std::memcpy(&zero_bits, out.data() + d * bits / 8 + i / kTurboBlock * 4 + 2, 2);
+          const uint32_t code = reference_code(out, static_cast<size_t>(i), bits);
+          const int idx = bits == 8 ? static_cast<int8_t>(code) : static_cast<int>(code);
+          const float want = (static_cast<float>(idx) + f16_to_f32(zero_bits)) * f16_to_f32(scale_bits);
+          ASSERT_EQ(back[static_cast<size_t>(i)], want) << "d " << d << " bits " << bits << " element " << i;
+          ASSERT_EQ(portable[static_cast<size_t>(i)], want) << "portable, d " << d << " bits " << bits;
+        }
         // Within half a step of the f16 scale inside the range; the extremes may clamp by up to one step more
         // (the zero is rounded to an integer and the scale to f16).
         for (int b = 0; b < d / kTurboBlock; ++b) {
@@ -157,14 +169,16 @@ TEST(Turbo, ValuesMatchTheReferenceBitForBit) {
         quant::turbo_quantize_value(x.data(), d, bits, out.data());
         ASSERT_EQ(out, reference_value(x, bits)) << "d " << d << " bits " << bits;
         // Decoded (still rotated): each element its code's centroid times its block's σ.
-        std::vector<float> back(static_cast<size_t>(d));
+        std::vector<float> back(static_cast<size_t>(d)), portable(static_cast<size_t>(d));
         quant::turbo_dequantize_value_rotated(out.data(), d, bits, back.data());
+        quant::turbo_dequantize_value_rotated_portable(out.data(), d, bits, portable.data());
         const auto c = quant::turbo_centroids(bits);
         for (int i = 0; i < d; ++i) {
           uint16_t sigma_bits;
           std::memcpy(&sigma_bits, out.data() + d * bits / 8 + i / kTurboBlock * 2, 2);
           const float want = c[reference_code(out, static_cast<size_t>(i), bits)] * f16_to_f32(sigma_bits);
           ASSERT_EQ(back[static_cast<size_t>(i)], want) << "d " << d << " bits " << bits << " element " << i;
+          ASSERT_EQ(portable[static_cast<size_t>(i)], want) << "portable, d " << d << " bits " << bits;
         }
       }
 }
