@@ -198,8 +198,17 @@ void dequantize_value(const std::byte* in, int head_dim, float* y) {
 // kBits-bit stream are the kBits bytes from byte k · kBits, one little-endian word.
 template <int kBits>
 __attribute__((target("avx2"))) inline __m256i eight_codes(const std::byte* stream, int k) {
+  // (Three bytes assembled in a register: copied to memory and read back as a word, the load would wait on
+  // two narrower stores — a store-forwarding stall that made this slower than the scalar path.)
+  const std::byte* p = stream + k * kBits;
   uint32_t word = 0;
-  std::memcpy(&word, stream + k * kBits, kBits);
+  if constexpr (kBits == 3)
+    word = std::to_integer<uint32_t>(p[0]) | std::to_integer<uint32_t>(p[1]) << 8 |
+           std::to_integer<uint32_t>(p[2]) << 16;
+  else if constexpr (kBits == 2)
+    word = get_u16(p);
+  else
+    std::memcpy(&word, p, 4);
   const __m256i shifts =
       _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits, 7 * kBits);
   return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts),
