@@ -74,6 +74,11 @@ uint16_t get_u16(const std::byte* p) {
 void put_u16(std::byte* p, uint16_t v) {
   std::memcpy(p, &v, 2);
 }
+// Three bytes as a little-endian word, assembled in a register (eight 3-bit codes).
+uint32_t get_u24(const std::byte* p) {
+  return std::to_integer<uint32_t>(p[0]) | std::to_integer<uint32_t>(p[1]) << 8 |
+         std::to_integer<uint32_t>(p[2]) << 16;
+}
 
 }  // namespace
 
@@ -181,9 +186,7 @@ void dequantize_value(const std::byte* in, int head_dim, float* y) {
     if constexpr (kBits == 3) {
       // Eight 3-bit codes per three bytes, read as one little-endian 24-bit word (a block starts on a byte).
       for (int k = 0; k < kTurboBlock / 8; ++k) {
-        const std::byte* p = in + (b * kTurboBlock / 8 + k) * 3;
-        const uint32_t word = std::to_integer<uint32_t>(p[0]) | std::to_integer<uint32_t>(p[1]) << 8 |
-                              std::to_integer<uint32_t>(p[2]) << 16;
+        const uint32_t word = get_u24(in + (b * kTurboBlock / 8 + k) * 3);
         for (int e = 0; e < 8; ++e) y[b * kTurboBlock + k * 8 + e] = c[word >> (3 * e) & 7u] * sigma;
       }
     } else {
@@ -203,8 +206,7 @@ __attribute__((target("avx2"))) inline __m256i eight_codes(const std::byte* stre
   const std::byte* p = stream + k * kBits;
   uint32_t word = 0;
   if constexpr (kBits == 3)
-    word = std::to_integer<uint32_t>(p[0]) | std::to_integer<uint32_t>(p[1]) << 8 |
-           std::to_integer<uint32_t>(p[2]) << 16;
+    word = get_u24(p);
   else if constexpr (kBits == 2)
     word = get_u16(p);
   else
@@ -235,10 +237,14 @@ __attribute__((target("avx2"))) void dequantize_key_avx2(const std::byte* in, in
 template <int kBits>
 __attribute__((target("avx2"))) void dequantize_value_avx2(const std::byte* in, int head_dim, float* y) {
   const std::byte* sigmas = in + head_dim * kBits / 8;
-  const std::span<const float> c = turbo_centroids(kBits);
-  float table[16] = {};
-  std::copy(c.begin(), c.end(), table);
-  const __m256 low = _mm256_loadu_ps(table), high = _mm256_loadu_ps(table + 8);
+  // The codebook padded to 16 entries, built once.
+  static const std::array<float, 16> table = [] {
+    std::array<float, 16> t{};
+    const std::span<const float> c = turbo_centroids(kBits);
+    std::copy(c.begin(), c.end(), t.begin());
+    return t;
+  }();
+  const __m256 low = _mm256_loadu_ps(table.data()), high = _mm256_loadu_ps(table.data() + 8);
   for (int b = 0; b < head_dim / kTurboBlock; ++b) {
     const __m256 sigma = _mm256_set1_ps(f16_to_f32(get_u16(sigmas + b * 2)));
     for (int k = b * kTurboBlock / 8; k < (b + 1) * kTurboBlock / 8; ++k) {
